@@ -1,0 +1,1 @@
+"""coddl: elastic GPU-cluster scheduling for distributed deep-learning training."""

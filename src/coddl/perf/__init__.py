@@ -1,0 +1,1 @@
+"""Throughput: measured profile tables, curves for policies, and (later) the analytic estimator."""

@@ -1,0 +1,27 @@
+"""SRTF: shortest remaining time (on the requested GPUs) first; rigid, preemptive, oracle lengths."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.registry import register
+
+
+@register
+class Srtf(Policy):
+    name = "srtf"
+    elastic = False
+    summary = "shortest remaining time first on the requested GPUs; rigid, preemptive (oracle lengths)"
+
+    @dataclass
+    class Params:
+        backfill: bool = True
+
+    def allocate(self, ctx: Context) -> np.ndarray:
+        j = ctx.jobs
+        order = lexorder(ctx.remaining_time(j.requested), j.arrival)
+        admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
+        return np.where(admitted, j.requested, 0)
