@@ -1,0 +1,202 @@
+"""The one scheduling step both worlds share: context → policy → placer → plan.
+
+No I/O and no clock: the caller (the simulator's engine or the real controller) passes ``now`` and
+feeds events in — arrivals (``submit``), exits (``complete``), measured rates (``set_rate``) — and
+hands the returned Plan to its executor. The scheduler keeps the active jobs in a column table so
+one step costs a few numpy passes over the jobs plus work proportional to the jobs that changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from coddl.core.allocation import Action, ActionKind, Allocation, Plan, classify
+from coddl.core.cluster import Cluster
+from coddl.core.job import JobId, JobSpec, JobStatus
+from coddl.core.table import JobRecord, JobTable
+from coddl.perf.curves import CurveTable
+from coddl.placement.placer import ConsolidatingPlacer, Request
+from coddl.policies.base import Context, JobsView, Policy, Shares
+
+
+class InfeasibleShares(RuntimeError):
+    """A policy returned shares that break capacity or a job's bounds: a bug in that policy."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    plan: Plan
+    changed: np.ndarray  # table rows whose share changed
+
+
+class Scheduler:
+    def __init__(self, cluster: Cluster, policy: Policy, curves: CurveTable, *, seed: int = 0,
+                 type_speed: np.ndarray | None = None, validate: bool = True) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.curves = curves.extended(cluster.total_gpus)
+        self.table = JobTable()
+        self.allocation = Allocation()
+        self.placer = ConsolidatingPlacer(cluster)
+        self.rng = np.random.default_rng(seed)
+        self.records: list[JobRecord] = []
+        self.validate = validate
+        ntypes = len(cluster.type_names)
+        self.type_speed = type_speed if type_speed is not None else np.ones((ntypes, len(curves.names)))
+        self._capacity_by_type = np.array([cluster.capacity_by_type[t] for t in cluster.type_names])
+        self._cpus_per_gpu = np.array([n.cpus / n.gpus for n in cluster.nodes])
+        self._type_index = {t: i for i, t in enumerate(cluster.type_names)}
+        self._uid = 0
+        self._ever_ran: set[JobId] = set()
+        self.dirty = False
+        self.steps = 0
+
+    # ------------------------------------------------------------------ events in
+    def submit(self, spec: JobSpec, now: float) -> None:
+        m = self.curves.model_index(spec.model)
+        model_max = int(self.curves.max_gpus[m])
+        cap = self.cluster.total_gpus
+        max_gpus = min(spec.max_gpus if spec.max_gpus is not None else model_max, cap)
+        max_gpus = max(max_gpus, min(spec.min_gpus, cap))
+        gpu_type = self._type_index.get(spec.gpu_type, -1) if spec.gpu_type else -1
+        self.table.add(spec, self._uid, m, max_gpus, now, gpu_type,
+                       spec.min_cpus or 0, spec.max_cpus or 0)
+        self._uid += 1
+        self.dirty = True
+
+    def complete(self, job_id: JobId, now: float, status: JobStatus = JobStatus.FINISHED) -> JobRecord:
+        t = self.table
+        r = t.row[job_id]
+        t.advance(r, now)
+        if status is JobStatus.FINISHED:
+            t.work0[r] = t.total_work[r]
+        gpus = self.allocation.gpus.pop(job_id, ())
+        self.allocation.cpus.pop(job_id, None)
+        self.placer.release(gpus)
+        self._ever_ran.discard(job_id)
+        spec, final = t.remove(job_id)
+        rec = JobRecord(spec=spec, status=status.value, finish=now, first_start=final["first_start"],
+                        attained_service=final["service0"], resizes=int(final["resizes"]))
+        self.records.append(rec)
+        self.dirty = True
+        return rec
+
+    def set_rate(self, job_id: JobId, rate: float, now: float, paused_until: float | None = None) -> None:
+        """The executor's measured (real) or modelled (simulated) iterations/s for a job."""
+        r = self.table.row[job_id]
+        self.table.advance(r, now)
+        self.table.rate[r] = rate
+        if paused_until is not None:
+            self.table.paused_until[r] = paused_until
+
+    def set_speed(self, job_id: JobId, factor: float) -> None:
+        """Online correction: the job runs ``factor`` × its curve (policies see the corrected curve)."""
+        self.table.speed[self.table.row[job_id]] = factor
+        self.dirty = True
+
+    # ------------------------------------------------------------------ the step
+    def context(self, now: float) -> Context:
+        t = self.table
+        n = t.n
+        attained = t.attained_service(now)
+        jobs = JobsView(
+            ids=t.ids, uid=t.uid[:n], arrival=t.arrival[:n], requested=t.requested[:n],
+            min_gpus=t.min_gpus[:n], max_gpus=t.max_gpus[:n], model=t.model[:n],
+            total_work=t.total_work[:n], remaining=t.total_work[:n] - t.work_done(now),
+            attained=attained, share=t.share[:n], first_start=t.first_start[:n],
+            last_start=t.last_start[:n], service_since_start=attained - t.service_at_last_start[:n],
+            speed=t.speed[:n], gpu_type=t.gpu_type[:n], cpus=t.cpus[:n], min_cpus=t.min_cpus[:n],
+            max_cpus=t.max_cpus[:n], cpu_attained=t.cpu_service(now),
+        )
+        return Context(
+            now=now, capacity=self.cluster.total_gpus, capacity_by_type=self._capacity_by_type,
+            type_names=self.cluster.type_names, cpu_capacity=self.cluster.total_cpus, jobs=jobs,
+            curves=self.curves.rate, type_speed=self.type_speed, rng=self.rng,
+        )
+
+    def _check(self, ctx: Context, s: Shares) -> None:
+        g = s.gpus
+        j = ctx.jobs
+        if g.shape != (len(j),):
+            raise InfeasibleShares(f"{self.policy.name}: shares shape {g.shape}, expected ({len(j)},)")
+        if (g < 0).any():
+            raise InfeasibleShares(f"{self.policy.name}: negative share")
+        if int(g.sum()) > ctx.capacity:
+            raise InfeasibleShares(f"{self.policy.name}: {int(g.sum())} GPUs given, capacity {ctx.capacity}")
+        if s.gpu_type is not None:
+            used = np.bincount(s.gpu_type[g > 0], weights=g[g > 0], minlength=len(ctx.type_names))
+            if (used > ctx.capacity_by_type).any():
+                raise InfeasibleShares(f"{self.policy.name}: per-type capacity exceeded: {used}")
+        on = g > 0
+        bad = on & ((g < j.min_gpus) | (g > np.maximum(j.max_gpus, j.requested)))
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            raise InfeasibleShares(f"{self.policy.name}: job {j.ids[r]} given {g[r]} GPUs outside "
+                                   f"[{j.min_gpus[r]}, {max(j.max_gpus[r], j.requested[r])}]")
+
+    def step(self, now: float) -> StepResult:
+        """Run the policy and turn its shares into a plan for the jobs whose GPUs change."""
+        self.steps += 1
+        self.dirty = False
+        t = self.table
+        n = t.n
+        if n == 0:
+            return StepResult(Plan(), np.zeros(0, dtype=np.int64))
+        ctx = self.context(now)
+        out = self.policy.allocate(ctx)
+        shares = out if isinstance(out, Shares) else Shares(np.asarray(out, dtype=np.int64))
+        shares.gpus = np.asarray(shares.gpus, dtype=np.int64)
+        if self.validate:
+            self._check(ctx, shares)
+        new_type = shares.gpu_type if shares.gpu_type is not None else t.gpu_type[:n]
+        changed = np.flatnonzero((shares.gpus != t.share[:n]) | ((shares.gpus > 0) & (new_type != t.gpu_type[:n])))
+        if changed.size == 0:
+            return StepResult(Plan(), changed)
+        t.advance(changed, now)
+        ids = t.ids
+        requests = [Request(ids[r], int(shares.gpus[r]), int(new_type[r])) for r in changed.tolist()]
+        placed = self.placer.place(self.allocation.gpus, requests)
+        actions: list[Action] = []
+        attained = t.service0  # advanced above: exact for changed rows
+        for r in changed.tolist():
+            jid = ids[r]
+            old = self.allocation.gpus.get(jid, ())
+            new = placed[jid]
+            k = len(new)
+            cpus = int(shares.cpus[r]) if shares.cpus is not None else self._proportional_cpus(new)
+            kind = classify(old, new, jid in self._ever_ran)
+            t.share[r] = k
+            t.gpu_type[r] = new_type[r] if k else t.gpu_type[r]
+            t.cpus[r] = cpus if k else 0
+            if k:
+                self.allocation.gpus[jid] = new
+                self.allocation.cpus[jid] = cpus
+            else:
+                self.allocation.gpus.pop(jid, None)
+                self.allocation.cpus.pop(jid, None)
+                t.rate[r] = 0.0
+            if kind is None:
+                continue
+            if kind in (ActionKind.START, ActionKind.RESUME):
+                if kind is ActionKind.START:
+                    t.first_start[r] = now
+                t.last_start[r] = now
+                t.service_at_last_start[r] = attained[r]
+                self._ever_ran.add(jid)
+            elif kind is not ActionKind.SUSPEND:
+                t.resizes[r] += 1
+            actions.append(Action(kind, jid, old, new, cpus))
+        return StepResult(Plan(actions), changed)
+
+    def _proportional_cpus(self, gpus: tuple[int, ...]) -> int:
+        if not gpus:
+            return 0
+        nodes = self.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)]
+        return int(self._cpus_per_gpu[nodes].sum())
+
+    def next_wakeup(self, now: float) -> float | None:
+        if self.table.n == 0:
+            return None
+        return self.policy.wakeup(self.context(now))

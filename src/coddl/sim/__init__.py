@@ -1,0 +1,1 @@
+"""The trace-driven simulator: the shared scheduler core driven by virtual time."""
