@@ -93,16 +93,13 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
         res.steps += 1
         if step.plan.actions:
             res.actions += len(step.plan.actions)
-            for job, finish in ex.apply(step.plan, now):
-                v = version.get(job, 0) + 1
-                version[job] = v
-                seq += 1
-                heapq.heappush(heap, (finish, seq, _COMPLETE, job, v))
-            for a in step.plan.actions:
-                if not a.new:
-                    version.pop(a.job_id, None)
+            for a in step.plan.actions:  # every action invalidates the job's pending completion
+                version[a.job_id] = version.get(a.job_id, 0) + 1
                 if record_timeline:
                     res.timeline.append((now, a.job_id, len(a.new)))
+            for job, finish in ex.apply(step.plan, now):
+                seq += 1
+                heapq.heappush(heap, (finish, seq, _COMPLETE, job, version[job]))
             u = sum(len(a.new) - len(a.old) for a in step.plan.actions)
             if u:
                 used += u

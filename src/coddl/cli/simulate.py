@@ -1,0 +1,89 @@
+"""``coddl simulate``: replay a trace through policies, print a comparison, write files and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from coddl.cli.errors import fail, user_errors
+from coddl.policies.registry import make_policy, split_policy_list
+from coddl.sim.config import SimConfig
+from coddl.sim.metrics import Summary, summarise
+from coddl.sim.report import write_report
+from coddl.sim.run import prepare, run_policy
+
+console = Console()
+
+
+def hours(s: float) -> str:
+    return f"{s / 3600:.2f}"
+
+
+def summary_table(summaries: list[Summary], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
+                "avg queueing (h)", "GPU util", "reconfigs", "sim wall (s)"):
+        t.add_column(col, justify="left" if col == "policy" else "right")
+    best = min(s.avg_jct for s in summaries)
+    for s in summaries:
+        style = "bold green" if s.avg_jct == best else None
+        t.add_row(s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
+                  hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
+                  str(s.reconfigurations), f"{s.wall_s:.1f}", style=style)
+    return t
+
+
+def simulate_cmd(
+    trace: str = typer.Option("philly", help="bundled trace name (philly, itp, pollux-N, tiresias-60, …) or a file"),
+    vc: Optional[str] = typer.Option(None, help="Philly virtual cluster (e.g. 6c71a0); all when omitted"),
+    jobs: Optional[int] = typer.Option(None, min=1, help="keep the first N jobs of the trace"),
+    gpus: int = typer.Option(64, min=1, help="cluster size when no --cluster spec is given"),
+    gpus_per_node: int = typer.Option(8, min=1, help="GPUs per node when no --cluster spec is given"),
+    cluster: Optional[Path] = typer.Option(None, help="cluster spec (YAML, or Tiresias CSV)"),
+    policies: str = typer.Option("fifo,srtf,max-min", help="comma-separated; parameters as name:key=value"),
+    seed: int = typer.Option(1, help="seed for model drawing and randomised policies"),
+    reconfig: str = typer.Option("zero", help="reconfiguration cost model: zero, in-place or restart"),
+    out: Optional[Path] = typer.Option(None, help="directory for summary.csv, per-job CSVs, config.json, plots"),
+    config: Optional[Path] = typer.Option(None, help="a config.json of an earlier run: reproduce it exactly"),
+    check: bool = typer.Option(False, help="verify the simulator's invariants at every step (slower)"),
+) -> None:
+    """Replay a trace through each policy and compare them."""
+    with user_errors():
+        if config is not None:
+            cfg = SimConfig.load(config)
+        else:
+            cfg = SimConfig(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
+                            cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
+                            seed=seed, reconfig=reconfig)
+        from coddl import __version__
+
+        cfg.version = __version__
+        if not cfg.policies:
+            raise fail("policies: give at least one policy")
+        for p in cfg.policies:
+            make_policy(p)  # reject a bad policy before any work
+        prep = prepare(cfg)
+        n = len(prep.specs)
+        console.print(f"[bold]{cfg.trace}[/bold]{' vc ' + cfg.vc if cfg.vc else ''}: {n} jobs on "
+                      f"{prep.cluster.total_gpus} GPUs ({len(prep.cluster.nodes)} nodes), reconfig={cfg.reconfig}, "
+                      f"seed={cfg.seed}")
+        results = {}
+        with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as bar:
+            tasks = {p: bar.add_task(p, total=n) for p in cfg.policies}
+            for p in cfg.policies:
+                results[p] = run_policy(prep, p, cfg, check=check,
+                                        progress=lambda done, _t=tasks[p]: bar.update(_t, completed=done))
+                bar.update(tasks[p], completed=n)
+        summaries = [summarise(r) for r in results.values()]
+        console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs"))
+        if out is not None:
+            files = write_report(out, summaries, results)
+            (out / "config.json").write_text(cfg.to_json() + "\n")
+            console.print(f"wrote {len(files) + 1} files to {out}/ (summary.csv, config.json, "
+                          "jobs-*.csv, jct_cdf.png, allocations.png, utilisation.png)")

@@ -1,0 +1,62 @@
+"""Summary metrics of a simulated (or real) run: JCT statistics, makespan, queueing, utilisation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from coddl.sim.engine import SimResult
+
+
+@dataclass(frozen=True)
+class Summary:
+    policy: str
+    jobs: int
+    avg_jct: float
+    median_jct: float
+    p95_jct: float
+    makespan: float
+    avg_queueing_delay: float
+    gpu_utilisation: float  # busy GPU-time / (capacity × makespan)
+    reconfigurations: int  # grow + shrink + migrate + suspend + resume
+    wall_s: float
+    events: int
+
+    def row(self) -> dict[str, float | int | str]:
+        return asdict(self)
+
+
+def busy_gpu_seconds(series: list[tuple[float, int]], end: float) -> float:
+    if not series:
+        return 0.0
+    t = np.array([s[0] for s in series] + [end])
+    u = np.array([s[1] for s in series], dtype=float)
+    return float((np.diff(t) * u).sum())
+
+
+def summarise(res: SimResult) -> Summary:
+    recs = res.records
+    if not recs:
+        return Summary(res.policy, 0, *([0.0] * 6), 0, res.wall_s, res.events)
+    jct = np.array([r.jct for r in recs])
+    arrival = np.array([r.spec.arrival for r in recs])
+    finish = np.array([r.finish for r in recs])
+    start = arrival.min()
+    end = finish.max()
+    makespan = float(end - start)
+    busy = busy_gpu_seconds(res.utilisation, end)
+    starts = sum(1 for r in recs if r.first_start == r.first_start)
+    return Summary(
+        policy=res.policy,
+        jobs=len(recs),
+        avg_jct=float(jct.mean()),
+        median_jct=float(np.median(jct)),
+        p95_jct=float(np.percentile(jct, 95)),
+        makespan=makespan,
+        avg_queueing_delay=float(np.mean([r.queueing_delay for r in recs])),
+        gpu_utilisation=busy / (res.capacity * makespan) if makespan > 0 else 0.0,
+        reconfigurations=max(0, res.actions - starts),
+        wall_s=res.wall_s,
+        events=res.events,
+    )

@@ -1,0 +1,123 @@
+"""Files and plots of a simulation run: summary.csv, per-job CSVs, config.json and PNG figures."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from coddl.sim.engine import SimResult  # noqa: E402
+from coddl.sim.metrics import Summary  # noqa: E402
+
+JOB_COLUMNS = ("job_id", "user", "model", "arrival", "requested_gpus", "duration", "total_work",
+               "first_start", "finish", "jct", "queueing_delay", "attained_gpu_s", "resizes", "status")
+
+
+def safe_name(policy: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in policy)
+
+
+def write_summary(path: Path, summaries: list[Summary]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summaries[0].row()))
+        w.writeheader()
+        for s in summaries:
+            w.writerow(s.row())
+
+
+def write_jobs(path: Path, res: SimResult) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(JOB_COLUMNS)
+        for r in sorted(res.records, key=lambda r: (r.spec.arrival, r.spec.job_id)):
+            s = r.spec
+            w.writerow([s.job_id, s.user, s.model, f"{s.arrival:.3f}", s.requested_gpus,
+                        "" if s.duration is None else f"{s.duration:.3f}", f"{s.total_work:.6g}",
+                        f"{r.first_start:.3f}", f"{r.finish:.3f}", f"{r.jct:.3f}", f"{r.queueing_delay:.3f}",
+                        f"{r.attained_service:.3f}", r.resizes, r.status])
+
+
+def plot_jct_cdf(path: Path, results: dict[str, SimResult]) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, res in results.items():
+        jct = np.sort([r.jct for r in res.records]) / 3600.0
+        if jct.size:
+            ax.step(jct, np.arange(1, jct.size + 1) / jct.size, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT CDF per policy")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_utilisation(path: Path, results: dict[str, SimResult]) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, res in results.items():
+        if res.utilisation:
+            t = np.array([u[0] for u in res.utilisation]) / 3600.0
+            used = np.array([u[1] for u in res.utilisation]) / res.capacity
+            ax.step(t, used, where="post", label=name, lw=0.8)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("GPUs in use / capacity")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("cluster utilisation over time")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_allocations(path: Path, results: dict[str, SimResult], max_jobs: int = 60) -> None:
+    """GPUs held by each job over time (first ``max_jobs`` jobs by arrival), one panel per policy:
+    a bar per job, its shade the number of GPUs — where elastic policies grow and shrink jobs."""
+    n = len(results)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 + 2.4 * n), squeeze=False, sharex=True)
+    cmap = plt.get_cmap("viridis")
+    top = max((g for res in results.values() for _, _, g in res.timeline), default=1)
+    for ax, (name, res) in zip(axes[:, 0], results.items()):
+        order = sorted(res.records, key=lambda r: (r.spec.arrival, r.spec.job_id))[:max_jobs]
+        lane = {r.spec.job_id: i for i, r in enumerate(order)}
+        finish = {r.spec.job_id: r.finish for r in order}
+        segments: dict[str, list[tuple[float, int]]] = {}
+        for t, job, g in res.timeline:
+            if job in lane:
+                segments.setdefault(job, []).append((t, g))
+        for job, seg in segments.items():
+            seg.append((finish[job], 0))
+            for (t0, g), (t1, _) in zip(seg, seg[1:]):
+                if g > 0 and t1 > t0:
+                    ax.broken_barh([(t0 / 3600, (t1 - t0) / 3600)], (lane[job] - 0.4, 0.8),
+                                   color=cmap(g / top))
+        ax.set_ylabel(f"{name}\njob (by arrival)")
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel("time (hours)")
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, top))
+    fig.colorbar(sm, ax=axes[:, 0].tolist(), label="GPUs held")
+    fig.suptitle(f"GPUs allocated per job over time (first {max_jobs} jobs)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, summaries: list[Summary], results: dict[str, SimResult]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "summary.csv"]
+    write_summary(files[0], summaries)
+    for name, res in results.items():
+        p = out / f"jobs-{safe_name(name)}.csv"
+        write_jobs(p, res)
+        files.append(p)
+    for fn, plot in (("jct_cdf.png", plot_jct_cdf), ("utilisation.png", plot_utilisation),
+                     ("allocations.png", plot_allocations)):
+        plot(out / fn, results)
+        files.append(out / fn)
+    return files
