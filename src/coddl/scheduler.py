@@ -196,6 +196,10 @@ class Scheduler:
         nodes = self.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)]
         return int(self._cpus_per_gpu[nodes].sum())
 
+    @property
+    def gpus_in_use(self) -> int:
+        return self.cluster.total_gpus - int(self.placer.node_free.sum())
+
     def next_wakeup(self, now: float) -> float | None:
         if self.table.n == 0:
             return None

@@ -81,14 +81,16 @@ class ConsolidatingPlacer:
         self.release(tuple(g for g in old if g not in set(kept)))
         return tuple(kept)
 
+    def _allowed(self, gpu_type: int) -> np.ndarray:
+        ok = self.node_free > 0
+        return ok & (self._type == gpu_type) if gpu_type >= 0 else ok
+
     def _grow(self, old: Gpus, want: int, gpu_type: int) -> Gpus:
         got = list(old)
         need = want - len(old)
-        allowed = self.node_free > 0
-        if gpu_type >= 0:
-            allowed &= self._type == gpu_type
-        if old:  # fill the nodes the job already uses, most-used first
+        if old:  # fill the nodes the job already uses, most-free first
             used_nodes = np.unique(self._node_of[np.asarray(old, dtype=np.int64)])
+            allowed = self._allowed(gpu_type)
             for node in sorted(used_nodes.tolist(), key=lambda n: -int(self.node_free[n])):
                 if need == 0:
                     break
@@ -97,18 +99,16 @@ class ConsolidatingPlacer:
                     got += self._take_on_node(node, take)
                     need -= take
         while need > 0:
-            allowed = self.node_free > 0
-            if gpu_type >= 0:
-                allowed &= self._type == gpu_type
-            cand = np.flatnonzero(allowed)
-            if cand.size == 0:
-                raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
-            fits = cand[self.node_free[cand] >= need]
+            allowed = self._allowed(gpu_type)
+            free = np.where(allowed, self.node_free, 0)
+            fits = np.flatnonzero(free >= need)
             if fits.size:  # best fit: the fullest node that still holds the rest
-                node = int(fits[np.argmin(self.node_free[fits])])
+                node = int(fits[np.argmin(free[fits])])
             else:  # spread over the emptiest nodes first → fewest nodes
-                node = int(cand[np.argmax(self.node_free[cand])])
-            take = min(need, int(self.node_free[node]))
+                node = int(np.argmax(free))
+                if free[node] == 0:
+                    raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
+            take = min(need, int(free[node]))
             got += self._take_on_node(node, take)
             need -= take
         return tuple(sorted(got))

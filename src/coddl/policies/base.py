@@ -148,4 +148,4 @@ def greedy_fit(order: np.ndarray, demand: np.ndarray, free: int, backfill: bool 
 
 def lexorder(*keys: np.ndarray) -> np.ndarray:
     """Rows sorted by the first key, then the second, … (NaN sorts last); stable."""
-    return np.lexsort(tuple(np.nan_to_num(k, nan=np.inf) for k in reversed(keys)))
+    return np.lexsort(tuple(np.where(np.isnan(k), np.inf, k) if k.dtype.kind == "f" else k for k in reversed(keys)))

@@ -65,7 +65,6 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
     timer_at: float | None = None
     wants_timer = type(scheduler.policy).wakeup is not Policy.wakeup
     i, n = 0, len(arrivals)
-    used = 0
     done_before = 0
     while i < n or heap:
         now = min(arrivals[i].arrival if i < n else np.inf, heap[0][0] if heap else np.inf)
@@ -100,10 +99,8 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
             for job, finish in ex.apply(step.plan, now):
                 seq += 1
                 heapq.heappush(heap, (finish, seq, _COMPLETE, job, version[job]))
-            u = sum(len(a.new) - len(a.old) for a in step.plan.actions)
-            if u:
-                used += u
-        if not res.utilisation or res.utilisation[-1][1] != used or res.utilisation[-1][0] != now:
+        used = scheduler.gpus_in_use
+        if not res.utilisation or res.utilisation[-1][1] != used:
             res.utilisation.append((now, used))
         if wants_timer and scheduler.table.n:
             w = scheduler.next_wakeup(now)

@@ -1,0 +1,90 @@
+"""Placement properties: no double booking, consolidation, stability of unchanged shares."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from coddl.core import Cluster
+from coddl.placement.placer import ConsolidatingPlacer, Request
+
+
+def nodes_of(c: Cluster, gpus) -> set[int]:
+    return {int(c.node_of_gpu[g]) for g in gpus}
+
+
+def test_best_fit_prefers_the_fullest_node_that_fits():
+    c = Cluster.for_gpus(16, 8)
+    p = ConsolidatingPlacer(c)
+    first = p.place({}, [Request("a", 6)])["a"]
+    assert nodes_of(c, first) == {0}
+    second = p.place({"a": first}, [Request("b", 2)])["b"]
+    assert nodes_of(c, second) == {0}  # fills node 0's hole, keeps node 1 whole for a big job
+    third = p.place({}, [Request("c", 8)])["c"]
+    assert nodes_of(c, third) == {1}
+
+
+def test_a_job_larger_than_a_node_spans_the_fewest_nodes():
+    c = Cluster.for_gpus(32, 8)
+    p = ConsolidatingPlacer(c)
+    p.place({}, [Request("x", 3)])
+    big = p.place({}, [Request("y", 16)])["y"]
+    assert len(nodes_of(c, big)) == 2
+
+
+def test_shrink_keeps_the_gpus_on_the_job_s_main_node():
+    c = Cluster.for_gpus(16, 8)
+    p = ConsolidatingPlacer(c)
+    p.place({}, [Request("f", 6)])
+    a = p.place({}, [Request("a", 4)])["a"]  # 2 on node 0, 2 on node 1 … or best fit
+    assert len(a) == 4
+    cur = {"a": a}
+    small = p.place(cur, [Request("a", 2)])["a"]
+    assert set(small) <= set(a)
+    counts = np.bincount(c.node_of_gpu[list(a)], minlength=2)
+    assert len(nodes_of(c, small)) == 1 and int(counts[next(iter(nodes_of(c, small)))]) >= 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=6), min_size=1, max_size=8),
+       st.sampled_from([(16, 8), (24, 4), (12, 12)]))
+def test_random_share_sequences_never_double_book(rounds, shape):
+    total, per_node = shape
+    c = Cluster.for_gpus(total, per_node)
+    p = ConsolidatingPlacer(c)
+    current: dict[str, tuple[int, ...]] = {}
+    for shares in rounds:
+        want = {j: 0 for j in current} | {f"j{i}": k for i, k in enumerate(shares)}
+        # scale down to capacity like a policy would
+        while sum(want.values()) > total:
+            biggest = max(want, key=want.get)
+            want[biggest] -= 1
+        changed = [Request(j, k) for j, k in want.items() if len(current.get(j, ())) != k]
+        placed = p.place(current, changed)
+        for j, g in placed.items():
+            assert len(g) == want[j]
+            if g:
+                current[j] = g
+            else:
+                current.pop(j, None)
+        unchanged = {j for j in want if j not in placed}
+        for j in unchanged:  # unchanged shares keep exactly their GPUs
+            assert len(current.get(j, ())) == want[j]
+        used = [g for gs in current.values() for g in gs]
+        assert len(used) == len(set(used))  # no GPU given twice
+        assert set(np.flatnonzero(~p.free).tolist()) == set(used)
+        for j, g in current.items():  # never spread wider than the GPUs force it to be
+            assert len(nodes_of(c, g)) <= len(g)
+
+
+def test_per_type_requests_stay_on_their_type():
+    from coddl.core.cluster import Node
+
+    c = Cluster(nodes=(Node("k", 4, "K80"), Node("v", 4, "V100")))
+    p = ConsolidatingPlacer(c)
+    v = c.type_names.index("V100")
+    g = p.place({}, [Request("a", 3, v)])["a"]
+    assert nodes_of(c, g) == {1}
+    moved = p.place({"a": g}, [Request("a", 3, c.type_names.index("K80"))])["a"]
+    assert nodes_of(c, moved) == {0}
+    assert p.free[4:].all()
