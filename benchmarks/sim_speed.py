@@ -1,0 +1,97 @@
+"""Simulator speed: the Philly digest on 512 GPUs (64 × 8) with CoDDL curves, per built-in policy.
+
+Prints JSON: per policy and trace size (10k, 20k, 40k, all 82,247 jobs) the wall seconds, CPU
+seconds, simulated events per second, microseconds per event and peak RSS; plus 5,000 jobs on
+128 GPUs, the size at which the Tiresias simulator needs about 15 CPU-seconds. Each run is a fresh
+process so peak RSS is its own.
+
+    python benchmarks/sim_speed.py [--policies fifo,afs-l] [--sizes 10000,20000,40000,0] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+def one(policy: str, size: int, gpus: int) -> dict:
+    from coddl.core import Cluster
+    from coddl.perf.curves import load_coddl_curves
+    from coddl.policies import make_policy
+    from coddl.scheduler import Scheduler
+    from coddl.sim.engine import simulate
+    from coddl.sim.metrics import summarise
+    from coddl.sim.workload import build_workload
+    from coddl.traces import load_trace
+
+    curves = load_coddl_curves()
+    specs = build_workload(load_trace("philly", limit=size or None), curves, seed=1)
+    sched = Scheduler(Cluster.for_gpus(gpus, 8), make_policy(policy), curves, seed=1)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    res = simulate(specs, sched, record_timeline=False)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    s = summarise(res)
+    return {
+        "policy": policy, "jobs": len(specs), "gpus": gpus, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+        "events": res.events, "steps": res.steps, "events_per_s": round(res.events / wall),
+        "us_per_event": round(1e6 * wall / res.events, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "avg_jct_h": round(s.avg_jct / 3600, 3), "makespan_h": round(s.makespan / 3600, 2),
+    }
+
+
+def run_child(policy: str, size: int, gpus: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", policy, str(size), str(gpus)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--policies", default="", help="comma-separated; default: every registered policy")
+    ap.add_argument("--sizes", default="10000,20000,40000,0", help="jobs per run; 0 = the whole digest")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per point; the median is reported")
+    ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]))))
+        return
+    from coddl.policies import available
+
+    policies = [p for p in a.policies.split(",") if p] or [
+        name for name, cls in available().items() if name not in ("gavel", "aiturbo")]
+    sizes = [int(x) for x in a.sizes.split(",")]
+    results = []
+    for p in policies:
+        points = [(s, 512) for s in sizes] + [(5000, 128)]
+        for size, gpus in points:
+            runs = [run_child(p, size, gpus) for _ in range(a.repeat)]
+            med = dict(runs[0])
+            for k in ("wall_s", "cpu_s", "events_per_s", "us_per_event", "peak_rss_mb"):
+                med[k] = statistics.median(r[k] for r in runs)
+            results.append(med)
+            print(json.dumps(med), file=sys.stderr)
+    full = {r["policy"]: r["wall_s"] for r in results if r["gpus"] == 512 and r["jobs"] >= 80000}
+    growth = {}
+    for p in policies:
+        pts = sorted((r["jobs"], r["us_per_event"]) for r in results if r["policy"] == p and r["gpus"] == 512)
+        if len(pts) >= 2:
+            growth[p] = round(pts[-1][1] / pts[0][1], 2)
+    tiresias = {r["policy"]: round(15.0 / r["cpu_s"], 1) for r in results if r["gpus"] == 128}
+    print(json.dumps({
+        "benchmark": "sim_speed", "trace": "philly digest", "cluster": "64 nodes x 8 GPUs",
+        "goal": "<= 60 s per policy for the whole digest; flat per-event cost",
+        "whole_digest_wall_s": full,
+        "us_per_event_growth_largest_vs_smallest": growth,
+        "speedup_vs_tiresias_15cpu_s_at_5000_jobs_128_gpus": tiresias,
+        "runs": results,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
