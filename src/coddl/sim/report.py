@@ -59,15 +59,27 @@ def plot_jct_cdf(path: Path, results: dict[str, SimResult]) -> None:
     plt.close(fig)
 
 
+def binned_utilisation(series: list[tuple[float, int]], capacity: int, bins: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """Time-weighted mean utilisation in equal time bins: the raw step series of a long trace is too
+    dense to read."""
+    t = np.array([u[0] for u in series], dtype=float)
+    used = np.array([u[1] for u in series], dtype=float)
+    edges = np.linspace(t[0], t[-1], bins + 1) if t[-1] > t[0] else np.array([t[0], t[0] + 1.0])
+    # cumulative busy GPU-seconds at each change point, interpolated at the bin edges
+    busy = np.concatenate([[0.0], np.cumsum(np.diff(t) * used[:-1])])
+    at_edges = np.interp(edges, t, busy)
+    mean = np.diff(at_edges) / np.diff(edges) / capacity
+    return edges[:-1], mean
+
+
 def plot_utilisation(path: Path, results: dict[str, SimResult]) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, res in results.items():
-        if res.utilisation:
-            t = np.array([u[0] for u in res.utilisation]) / 3600.0
-            used = np.array([u[1] for u in res.utilisation]) / res.capacity
-            ax.step(t, used, where="post", label=name, lw=0.8)
+        if len(res.utilisation) > 1:
+            t, util = binned_utilisation(res.utilisation, res.capacity)
+            ax.step(t / 3600.0, util, where="post", label=name, lw=1.0)
     ax.set_xlabel("time (hours)")
-    ax.set_ylabel("GPUs in use / capacity")
+    ax.set_ylabel("GPUs in use / capacity (binned mean)")
     ax.set_ylim(0, 1.05)
     ax.set_title("cluster utilisation over time")
     ax.grid(alpha=0.3)
@@ -83,7 +95,9 @@ def plot_allocations(path: Path, results: dict[str, SimResult], max_jobs: int = 
     n = len(results)
     fig, axes = plt.subplots(n, 1, figsize=(9, 2.2 + 2.4 * n), squeeze=False, sharex=True)
     cmap = plt.get_cmap("viridis")
-    top = max((g for res in results.values() for _, _, g in res.timeline), default=1)
+    firsts = {name: {r.spec.job_id for r in sorted(res.records, key=lambda r: (r.spec.arrival, r.spec.job_id))[:max_jobs]}
+              for name, res in results.items()}
+    top = max((g for name, res in results.items() for _, j, g in res.timeline if j in firsts[name]), default=1)
     for ax, (name, res) in zip(axes[:, 0], results.items()):
         order = sorted(res.records, key=lambda r: (r.spec.arrival, r.spec.job_id))[:max_jobs]
         lane = {r.spec.job_id: i for i, r in enumerate(order)}

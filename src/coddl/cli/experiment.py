@@ -1,0 +1,60 @@
+"""``coddl experiment``: reproductions of published comparisons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from coddl.cli.errors import fail, user_errors
+from coddl.policies.registry import make_policy, split_policy_list
+
+app = typer.Typer(no_args_is_help=True)
+console = Console()
+
+
+@app.command("coddl-nsdi21")
+def coddl_nsdi21(
+    out: Path = typer.Option(Path("results/coddl-nsdi21"), help="output directory"),
+    vcs: Optional[str] = typer.Option(None, help="comma-separated VCs; default: every VC with ≥ 300 jobs"),
+    seeds: str = typer.Option("1,2,3", help="comma-separated seeds"),
+    jobs: Optional[int] = typer.Option(None, min=1, help="first N jobs of each VC (quick runs)"),
+    policies: Optional[str] = typer.Option(None, help="policies to compare; default: AFS-L, AFS-P and the baselines"),
+    workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
+) -> None:
+    """The CoDDL paper's comparison: Philly VCs on 64 GPUs, zero reconfiguration cost."""
+    from coddl.experiments import coddl_nsdi21 as exp
+
+    with user_errors():
+        pols = split_policy_list(policies) if policies else exp.default_policies()
+        for p in pols:
+            make_policy(p)
+        try:
+            seed_list = [int(s) for s in seeds.split(",") if s]
+        except ValueError:
+            raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+        valid = exp.eligible_vcs(1)
+        vc_list = [v for v in vcs.split(",") if v] if vcs else exp.eligible_vcs()
+        for v in vc_list:
+            if v not in valid:
+                raise fail(f"--vcs: unknown virtual cluster {v!r}; valid: {', '.join(valid)}")
+        total = len(vc_list) * len(seed_list) * len(pols)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task("simulations", total=total)
+            runs = exp.run_all(vc_list, seed_list, pols, jobs, workers,
+                               on_done=lambda r: bar.update(task, advance=1, description=f"{r.vc} {r.policy}"))
+        rows = exp.table(runs)
+        t = Table(title="avg JCT (h) per VC; ratio = policy ÷ AFS-L (and ÷ AFS-P)")
+        for c in ("VC", "policy", "avg JCT (h)", "makespan (h)", "÷ AFS-L", "÷ AFS-P"):
+            t.add_column(c, justify="left" if c in ("VC", "policy") else "right")
+        for r in rows:
+            t.add_row(r.vc, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.vs_afs_l:.2f}",
+                      f"{r.vs_afs_p:.2f}")
+        console.print(t)
+        files = exp.write(out, runs, rows)
+        console.print(f"wrote {', '.join(str(f) for f in files)}")

@@ -1,0 +1,1 @@
+"""Reproductions of published comparisons, built on the simulator."""

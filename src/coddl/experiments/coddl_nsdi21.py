@@ -1,0 +1,144 @@
+"""The CoDDL paper's comparison (NSDI'21, ALGORITHMS.md §1): every Philly virtual cluster with at
+least 300 jobs replayed on 64 GPUs (8 × 8) per policy and seed, zero reconfiguration cost.
+
+Runs are independent, so they go to a process pool (one per core); each returns only its summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from coddl.policies.registry import available
+
+DEFAULT_POLICIES = ("afs-l", "afs-p", "fifo", "srtf", "srsf", "tiresias-l:preset=coddl", "optimus",
+                    "max-min", "themis")
+MIN_JOBS = 300
+
+
+@dataclass(frozen=True)
+class Run:
+    vc: str
+    seed: int
+    policy: str
+    jobs: int
+    avg_jct: float
+    makespan: float
+    wall_s: float
+
+
+def eligible_vcs(min_jobs: int = MIN_JOBS) -> list[str]:
+    from collections import Counter
+
+    from coddl.traces import load_trace
+
+    counts = Counter(j.group for j in load_trace("philly").jobs)
+    return [vc for vc, n in counts.most_common() if n >= min_jobs]
+
+
+def default_policies() -> list[str]:
+    names = available()
+    return [p for p in DEFAULT_POLICIES if p.split(":")[0] in names]
+
+
+def _one(vc: str, seed: int, policy: str, jobs: int | None) -> Run:
+    from coddl.sim.config import SimConfig
+    from coddl.sim.metrics import summarise
+    from coddl.sim.run import prepare, run_policy
+
+    cfg = SimConfig(trace="philly", vc=vc, jobs=jobs, gpus=64, gpus_per_node=8, policies=[policy], seed=seed)
+    res = run_policy(prepare(cfg), policy, cfg)
+    s = summarise(res)
+    return Run(vc, seed, policy, s.jobs, s.avg_jct, s.makespan, s.wall_s)
+
+
+def run_all(vcs: list[str], seeds: list[int], policies: list[str], jobs: int | None,
+            workers: int | None = None, on_done: Callable[[Run], None] | None = None) -> list[Run]:
+    tasks = [(vc, s, p) for vc in vcs for s in seeds for p in policies]
+    out: list[Run] = []
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        futs = [pool.submit(_one, vc, s, p, jobs) for vc, s, p in tasks]
+        for f in as_completed(futs):
+            r = f.result()
+            out.append(r)
+            if on_done:
+                on_done(r)
+    return sorted(out, key=lambda r: (vcs.index(r.vc), r.seed, policies.index(r.policy)))
+
+
+@dataclass(frozen=True)
+class Row:
+    vc: str
+    policy: str
+    avg_jct_h: float
+    makespan_h: float
+    vs_afs_l: float  # this policy's avg JCT ÷ AFS-L's (> 1: AFS-L is better)
+    vs_afs_p: float
+
+
+def table(runs: list[Run]) -> list[Row]:
+    """Mean over seeds per (VC, policy), and each policy's avg-JCT ratio to AFS-L and AFS-P."""
+    by: dict[tuple[str, str], list[Run]] = {}
+    for r in runs:
+        by.setdefault((r.vc, r.policy), []).append(r)
+    rows = []
+    for (vc, pol), rs in by.items():
+        jct = float(np.mean([r.avg_jct for r in rs]))
+        mk = float(np.mean([r.makespan for r in rs]))
+        ref_l = by.get((vc, "afs-l"))
+        ref_p = by.get((vc, "afs-p"))
+        rows.append(Row(vc, pol, jct / 3600, mk / 3600,
+                        jct / float(np.mean([r.avg_jct for r in ref_l])) if ref_l else float("nan"),
+                        jct / float(np.mean([r.avg_jct for r in ref_p])) if ref_p else float("nan")))
+    return rows
+
+
+def write(out: Path, runs: list[Run], rows: list[Row]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "runs.csv"
+    with open(raw, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(runs[0])))
+        w.writeheader()
+        w.writerows(asdict(r) for r in runs)
+    tab = out / "table.csv"
+    with open(tab, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
+        w.writeheader()
+        w.writerows(asdict(r) for r in rows)
+    chart = out / "avg_jct_by_vc.png"
+    plot(chart, rows)
+    return [raw, tab, chart]
+
+
+def plot(path: Path, rows: list[Row]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    vcs = list(dict.fromkeys(r.vc for r in rows))
+    pols = list(dict.fromkeys(r.policy for r in rows))
+    ref = "afs-l" if "afs-l" in pols else pols[0]
+    val = {(r.vc, r.policy): r.avg_jct_h for r in rows}
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(vcs) + 3), 4.8))
+    w = 0.8 / len(pols)
+    x = np.arange(len(vcs))
+    for i, p in enumerate(pols):
+        norm = [val.get((vc, p), np.nan) / val.get((vc, ref), np.nan) for vc in vcs]
+        ax.bar(x + i * w - 0.4 + w / 2, norm, w, label=p)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, vcs)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"avg JCT ÷ {ref}'s (log)")
+    ax.set_xlabel("Philly virtual cluster (64 GPUs)")
+    ax.set_title("CoDDL NSDI'21 methodology: average JCT relative to AFS-L")
+    ax.legend(ncol=3, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
