@@ -98,18 +98,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the step
     def context(self, now: float) -> Context:
-        t = self.table
-        n = t.n
-        attained = t.attained_service(now)
-        jobs = JobsView(
-            ids=t.ids, uid=t.uid[:n], arrival=t.arrival[:n], requested=t.requested[:n],
-            min_gpus=t.min_gpus[:n], max_gpus=t.max_gpus[:n], model=t.model[:n],
-            total_work=t.total_work[:n], remaining=t.total_work[:n] - t.work_done(now),
-            attained=attained, share=t.share[:n], first_start=t.first_start[:n],
-            last_start=t.last_start[:n], service_since_start=attained - t.service_at_last_start[:n],
-            speed=t.speed[:n], gpu_type=t.gpu_type[:n], cpus=t.cpus[:n], min_cpus=t.min_cpus[:n],
-            max_cpus=t.max_cpus[:n], cpu_attained=t.cpu_service(now),
-        )
+        jobs = JobsView(self.table, now)
         return Context(
             now=now, capacity=self.cluster.total_gpus, capacity_by_type=self._capacity_by_type,
             type_names=self.cluster.type_names, cpu_capacity=self.cluster.total_cpus, jobs=jobs,

@@ -10,46 +10,55 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
 
 from coddl.core.job import JobId
+from coddl.core.table import JobTable
 
 
-@dataclass(frozen=True)
 class JobsView:
-    """Active jobs (arrived, unfinished), one row each. All arrays are read-only views.
+    """Active jobs (arrived, unfinished), one row each, as read-only numpy columns.
 
     ``remaining`` is in iterations, ``attained`` in GPU-seconds, ``share`` the GPUs held now,
     ``first_start``/``last_start`` NaN when never scheduled, ``service_since_start`` the GPU-seconds
     received since the job was last (re)scheduled, ``max_gpus`` the elastic maximum (already capped
     by the model's maximum useful GPUs) and ``speed`` a per-job correction of the model curve.
+    Columns that need arithmetic (remaining work, attained service) are computed on first use, so
+    a policy pays only for what it reads.
     """
 
-    ids: list[JobId]
-    uid: np.ndarray
-    arrival: np.ndarray
-    requested: np.ndarray
-    min_gpus: np.ndarray
-    max_gpus: np.ndarray
-    model: np.ndarray
-    total_work: np.ndarray
-    remaining: np.ndarray
-    attained: np.ndarray
-    share: np.ndarray
-    first_start: np.ndarray
-    last_start: np.ndarray
-    service_since_start: np.ndarray
-    speed: np.ndarray
-    gpu_type: np.ndarray
-    cpus: np.ndarray
-    min_cpus: np.ndarray
-    max_cpus: np.ndarray
-    cpu_attained: np.ndarray
+    _PLAIN = ("uid", "arrival", "requested", "min_gpus", "max_gpus", "model", "total_work", "share",
+              "first_start", "last_start", "speed", "gpu_type", "cpus", "min_cpus", "max_cpus")
+
+    def __init__(self, table: JobTable, now: float) -> None:
+        n = table.n
+        self._table = table
+        self._now = now
+        self.ids: list[JobId] = table.ids
+        for name in self._PLAIN:
+            setattr(self, name, getattr(table, name)[:n])
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @cached_property
+    def remaining(self) -> np.ndarray:
+        return self.total_work - self._table.work_done(self._now)
+
+    @cached_property
+    def attained(self) -> np.ndarray:
+        return self._table.attained_service(self._now)
+
+    @cached_property
+    def service_since_start(self) -> np.ndarray:
+        return self.attained - self._table.service_at_last_start[: len(self.ids)]
+
+    @cached_property
+    def cpu_attained(self) -> np.ndarray:
+        return self._table.cpu_service(self._now)
 
 
 @dataclass(frozen=True)
