@@ -1,0 +1,52 @@
+"""``coddl cluster show SPEC``: check a cluster spec and print what it describes."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from coddl.cli.errors import user_errors
+from coddl.core.cluster import Cluster
+from coddl.core.clusterspec import load_cluster
+
+app = typer.Typer(help="inspect cluster specs", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False)
+console = Console()
+
+
+def render_cluster(cluster: Cluster, title: str | None = None) -> Table:
+    """One row per run of identical consecutive nodes, totals and links in the caption."""
+    table = Table(title=title)
+    for col in ("nodes", "count", "GPU", "GPUs/node", "speed", "GPU GB", "CPUs/node", "mem GB", "switches"):
+        table.add_column(col, justify="left" if col in ("nodes", "GPU") else "right", no_wrap=col == "nodes")
+    shape = lambda n: (n.gpus, n.gpu_type, n.cpus, n.memory_gb)  # noqa: E731
+    for (gpus, gpu_type, cpus, mem), run in groupby(cluster.nodes, key=shape):
+        nodes = list(run)
+        t = cluster.gpu_type_of(gpu_type)
+        names = nodes[0].name if len(nodes) == 1 else f"{nodes[0].name}…{nodes[-1].name}"
+        table.add_row(names, str(len(nodes)), gpu_type, str(gpus), f"{t.speed:g}", f"{t.memory_gb:g}", str(cpus),
+                      f"{mem:g}", str(len(set(n.switch for n in nodes))))
+    links = cluster.links
+    switches = len(set(n.switch for n in cluster.nodes))
+    table.caption = (f"{cluster.total_gpus} GPUs on {len(cluster.nodes)} nodes, {switches} switch"
+                     f"{'es' if switches != 1 else ''}; links: intra-node {links.intra_node_gbps:g} GB/s, "
+                     f"{links.intra_node_latency_us:g} µs; inter-node {links.inter_node_gbps:g} GB/s, "
+                     f"{links.inter_node_latency_us:g} µs")
+    return table
+
+
+@app.callback()
+def cluster() -> None:
+    """Inspect cluster specs (a group even with one command, so ``coddl cluster show`` reads right)."""
+
+
+@app.command("show")
+def show(spec: Path = typer.Argument(..., help="cluster spec: YAML, or a Tiresias CSV")) -> None:
+    """Validate SPEC and print its nodes, GPU types and links."""
+    with user_errors():
+        cluster = load_cluster(spec)
+    console.print(render_cluster(cluster, title=str(spec)))
