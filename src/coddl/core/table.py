@@ -45,6 +45,9 @@ class JobRecord:
         return (self.first_start - self.spec.arrival) if self.first_start == self.first_start else self.jct
 
 
+_FINAL_COLS = ("first_start", "service0", "cpu_service0", "resizes", "work0")
+
+
 class JobTable:
     """Struct-of-arrays over active jobs; rows are compacted by swap-remove on exit."""
 
@@ -103,7 +106,7 @@ class JobTable:
         """Drop a job's row (swap with the last row) and return its spec and final column values."""
         r = self.row.pop(job_id)
         last = self.n - 1
-        final = {c: getattr(self, c)[r].item() for c in _FLOAT_COLS + _INT_COLS}
+        final = {c: getattr(self, c)[r].item() for c in _FINAL_COLS}
         spec = self.specs[r]
         if r != last:
             for c in _FLOAT_COLS + _INT_COLS:

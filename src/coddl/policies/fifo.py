@@ -22,7 +22,14 @@ class Fifo(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        # Ordering by (first scheduled, arrival) puts running jobs first, so they keep their GPUs.
-        order = lexorder(j.first_start, j.arrival)
-        admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
-        return np.where(admitted, j.requested, 0)
+        # The order is (first scheduled, arrival): jobs that ever ran come first and, as FIFO never
+        # preempts, they are exactly the running ones and keep their GPUs. Only the queue is sorted,
+        # and not even that when the cluster is full (most events under a backlog).
+        running = j.share > 0
+        free = ctx.capacity - int(j.requested[running].sum())
+        queued = np.flatnonzero(~running)
+        if free <= 0 or queued.size == 0:
+            return np.where(running, j.requested, 0)
+        order = queued[lexorder(j.arrival[queued])]
+        admitted = greedy_fit(order, j.requested, free, self.params.backfill)
+        return np.where(running | admitted, j.requested, 0)
