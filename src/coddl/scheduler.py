@@ -86,7 +86,8 @@ class Scheduler:
     def set_rate(self, job_id: JobId, rate: float, now: float, paused_until: float | None = None) -> None:
         """The executor's measured (real) or modelled (simulated) iterations/s for a job."""
         r = self.table.row[job_id]
-        self.table.advance(r, now)
+        if self.table.t0[r] != now:  # the step that produced this rate already advanced the row
+            self.table.advance(r, now)
         self.table.rate[r] = rate
         if paused_until is not None:
             self.table.paused_until[r] = paused_until
