@@ -89,13 +89,14 @@ class Table:
                 fail(self.file, self.header_line, name, f"duplicate column in header {','.join(self.header)}")
             self.index[name] = i
         width = len(self.header)
-        for line, values in zip(self.lines, self.rows):
-            if len(values) < width:
-                fail(self.file, line, self.header[len(values)],
-                     f"missing value (the row has {len(values)} of {width} fields)")
-            if len(values) > width:
-                fail(self.file, line, "row", f"expected {width} fields ({','.join(self.header)}), "
-                                             f"got {len(values)}")
+        if set(map(len, self.rows)) - {width}:  # checked at C speed, walked only to name the line
+            for line, values in zip(self.lines, self.rows):
+                if len(values) < width:
+                    fail(self.file, line, self.header[len(values)],
+                         f"missing value (the row has {len(values)} of {width} fields)")
+                if len(values) > width:
+                    fail(self.file, line, "row", f"expected {width} fields ({','.join(self.header)}), "
+                                                 f"got {len(values)}")
         if not self.rows:
             fail(self.file, self.header_line, "rows", "no jobs: the file has only a header")
 
@@ -113,10 +114,10 @@ class Table:
         return Column(self.file, name, self.lines, [r[i] for r in self.rows])
 
 
-def read_csv(path: Path, display: str | None = None) -> Table:
+def read_csv(path: Path) -> Table:
     """Parse a CSV file (optionally gzipped). Blank lines are skipped and spaces after a comma
     ignored; numbers tolerate surrounding spaces and names are stripped."""
-    name = display or path.name
+    name = path.name
     reader = csv.reader(io.StringIO(read_text(path), newline=""), skipinitialspace=True)
     try:
         header = next((v for v in reader if len(v) > 1 or (v and v[0].strip())), None)

@@ -25,7 +25,7 @@ PHILLY_DISTRIBUTION = "traces/gavel/philly_job_distribution.csv.gz"
 _BATCH = re.compile(r"\(batch size (\d+)\)")
 
 
-def parse_msr(path: Path, display: str | None = None) -> Parsed:
+def parse_msr(path: Path) -> Parsed:
     """Jobs ``<file stem>-<line>``, grouped by the file's virtual cluster (its stem)."""
     lines, rows = [], []
     for line, raw in enumerate(read_text(path).splitlines(), start=1):
@@ -33,8 +33,8 @@ def parse_msr(path: Path, display: str | None = None) -> Parsed:
             lines.append(line)
             rows.append(raw.split("\t"))
     if not rows:
-        fail(display or path.name, 1, "rows", "no jobs: the file is empty")
-    table = Table(display or path.name, list(MSR_FIELDS), lines, rows, header_line=None)
+        fail(path.name, 1, "rows", "no jobs: the file is empty")
+    table = Table(path.name, list(MSR_FIELDS), lines, rows, header_line=None)
     models = table.column("job_type").texts()
     vc = path.name.split(".")[0]
     batches = [_BATCH.search(m) for m in models]

@@ -45,8 +45,8 @@ def parse(table: Table) -> Parsed:
     return Parsed(job_id.unique_texts(), arrival.nonneg_floats(), gpus.positive_ints(), fields)
 
 
-def read_parquet(path: Path, display: str | None = None) -> Table:
-    file = display or path.name
+def read_parquet(path: Path) -> Table:
+    file = path.name
     _, pq = _pyarrow()
     try:
         data = pq.read_table(path).to_pydict()
@@ -60,9 +60,8 @@ def read_parquet(path: Path, display: str | None = None) -> Table:
 
 
 def write_native(jobs: Iterable[TraceJob], path: str | Path) -> int:
-    """Write jobs as a native trace (Parquet for ``.parquet``, else CSV, gzipped for ``.gz``).
-
-    Floats are written with ``repr`` precision, so reading the file back gives the same jobs.
+    """Write jobs as a native trace: Parquet for ``.parquet``, CSV for ``.csv`` (``.csv.gz``
+    gzipped). Floats keep full precision, so reading the file back gives the same jobs.
     Returns the number of jobs written.
     """
     jobs = list(jobs)

@@ -1,0 +1,100 @@
+"""The native format: what is written is read back unchanged, in CSV and in Parquet."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from coddl.traces import TraceError, TraceJob, load_trace, write_native, write_specs
+
+pytest.importorskip("pyarrow")
+
+_names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,11}", fullmatch=True)
+_counts = st.integers(1, 4096)
+_times = st.floats(0, 1e9, allow_nan=False, allow_infinity=False)
+_work = st.floats(1e-6, 1e12, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _jobs(draw) -> list[TraceJob]:
+    ids = draw(st.lists(_names, min_size=1, max_size=25, unique=True))
+    arrivals = sorted(draw(st.lists(_times, min_size=len(ids), max_size=len(ids))))
+    arrivals[0] = 0.0  # readers make arrivals relative to the first job
+    jobs = []
+    for job_id, arrival in zip(ids, arrivals):
+        duration, iterations = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
+        lo = draw(st.none() | st.integers(1, 64))
+        jobs.append(TraceJob(
+            job_id, arrival, draw(_counts),
+            duration=draw(_work) if duration else None,
+            iterations=draw(_work) if iterations else None,
+            model=draw(st.none() | _names),
+            min_gpus=lo,
+            max_gpus=draw(st.none() | st.integers(lo or 1, 128)),
+            cpus=draw(st.none() | st.integers(1, 256)),
+            user=draw(st.none() | _names),
+            batch_size=draw(st.none() | _counts),
+            group=draw(st.none() | st.sampled_from(["vc1", "vc2"])),
+        ))
+    return jobs
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".parquet"])
+@settings(max_examples=40, deadline=None)
+@given(jobs=_jobs())
+def test_write_then_read_gives_the_same_jobs(suffix, jobs):
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"t{suffix}"
+        assert write_native(jobs, path) == len(jobs)
+        assert load_trace(str(path)).jobs == jobs
+
+
+def test_convert_philly_round_trip(tmp_path):
+    philly = load_trace("philly", vc="6c71a0")
+    for name in ("vc.csv", "vc.parquet"):
+        write_native(philly.jobs, tmp_path / name)
+        back = load_trace(str(tmp_path / name))
+        assert back.jobs == philly.jobs and back.meta["format"] == "native"
+        assert load_trace(str(tmp_path / name), vc="6c71a0").jobs == philly.jobs
+
+
+def test_native_is_sorted_and_shifted_like_every_trace(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("job_id,arrival,num_gpus,iterations,model\nb,30,2,10,m\na,10,1,5,m\nc,30,1,5,m\n")
+    t = load_trace(str(p))
+    assert [(j.job_id, j.arrival) for j in t.jobs] == [("a", 0.0), ("b", 20.0), ("c", 20.0)]
+
+
+def test_parquet_errors_name_the_row(tmp_path):
+    bad = [TraceJob("a", 0.0, 1, duration=5.0), TraceJob("b", 1.0, 1, duration=5.0)]
+    write_native(bad, tmp_path / "t.parquet")
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "t.parquet")
+    pq.write_table(table.set_column(2, "num_gpus", __import__("pyarrow").array([1, -4])), tmp_path / "t.parquet")
+    with pytest.raises(TraceError, match=r"^t\.parquet:2: num_gpus: expected a positive integer, got '-4'$"):
+        load_trace(str(tmp_path / "t.parquet"))
+
+
+def test_jobs_without_duration_or_iterations_cannot_be_written(tmp_path):
+    with pytest.raises(TraceError, match="^cifar10-0: duration: the native format needs"):
+        write_native(load_trace("pollux-1").jobs, tmp_path / "p.csv")
+    with pytest.raises(TraceError, match=r"expected an output name ending in \.csv, \.csv\.gz or \.parquet"):
+        write_native(load_trace("tiresias-60").jobs, tmp_path / "p.txt")
+
+
+def test_exported_workload_replays_exactly(tmp_path):
+    workload = pytest.importorskip("coddl.sim.workload")
+    from coddl.perf.curves import load_coddl_curves
+
+    curves = load_coddl_curves()
+    trace = load_trace("philly", vc="6c71a0", limit=2000)
+    specs = workload.build_workload(trace, curves, seed=3)
+    for name in ("w.csv", "w.parquet"):
+        write_specs(specs, tmp_path / name)
+        again = workload.build_workload(load_trace(str(tmp_path / name)), curves, seed=99)
+        assert again == specs
+
