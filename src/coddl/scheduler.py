@@ -46,7 +46,6 @@ class Scheduler:
         ntypes = len(cluster.type_names)
         self.type_speed = type_speed if type_speed is not None else np.ones((ntypes, len(curves.names)))
         self._capacity_by_type = np.array([cluster.capacity_by_type[t] for t in cluster.type_names])
-        self._cpus_per_gpu = np.array([n.cpus / n.gpus for n in cluster.nodes])
         self._type_index = {t: i for i, t in enumerate(cluster.type_names)}
         self._uid = 0
         self._ever_ran: set[JobId] = set()
@@ -72,9 +71,7 @@ class Scheduler:
         t.advance(r, now)
         if status is JobStatus.FINISHED:
             t.work0[r] = t.total_work[r]
-        gpus = self.allocation.gpus.pop(job_id, ())
-        self.allocation.cpus.pop(job_id, None)
-        self.placer.release(gpus)
+        self.placer.release(self.allocation.gpus.pop(job_id, ()), self.allocation.cores.pop(job_id, ()))
         self._ever_ran.discard(job_id)
         spec, final = t.remove(job_id)
         rec = JobRecord(spec=spec, status=status.value, finish=now, first_start=final["first_start"],
@@ -141,34 +138,42 @@ class Scheduler:
         if self.validate:
             self._check(ctx, shares)
         new_type = shares.gpu_type if shares.gpu_type is not None else t.gpu_type[:n]
-        changed = np.flatnonzero((shares.gpus != t.share[:n]) | ((shares.gpus > 0) & (new_type != t.gpu_type[:n])))
+        moved = (shares.gpus != t.share[:n]) | ((shares.gpus > 0) & (new_type != t.gpu_type[:n]))
+        if shares.cpus is not None:
+            shares.cpus = np.asarray(shares.cpus, dtype=np.int64)
+            moved |= (shares.gpus > 0) & (shares.cpus != t.cpus[:n])
+        changed = np.flatnonzero(moved)
         if changed.size == 0:
             return StepResult(Plan(), changed)
         t.advance(changed, now)
         ids = t.ids
-        requests = [Request(ids[r], int(shares.gpus[r]), int(new_type[r])) for r in changed.tolist()]
-        placed = self.placer.place(self.allocation.gpus, requests)
+        cpus = shares.cpus
+        requests = [Request(ids[r], int(shares.gpus[r]), int(new_type[r]),
+                            None if cpus is None else int(cpus[r])) for r in changed.tolist()]
+        placed = self.placer.place(self.allocation.gpus, requests, self.allocation.cores)
         actions: list[Action] = []
         attained = t.service0  # advanced above: exact for changed rows
         for r in changed.tolist():
             jid = ids[r]
             old = self.allocation.gpus.get(jid, ())
-            new = placed[jid]
-            k = len(new)
-            cpus = int(shares.cpus[r]) if shares.cpus is not None else self._proportional_cpus(new)
+            p = placed[jid]
+            new, k = p.gpus, len(p.gpus)
             kind = classify(old, new, jid in self._ever_ran)
+            cores_changed = p.cores != self.allocation.cores.get(jid, ())
             t.share[r] = k
             t.gpu_type[r] = new_type[r] if k else t.gpu_type[r]
-            t.cpus[r] = cpus if k else 0
+            t.cpus[r] = len(p.cores)
             if k:
                 self.allocation.gpus[jid] = new
-                self.allocation.cpus[jid] = cpus
+                self.allocation.cores[jid] = p.cores
             else:
                 self.allocation.gpus.pop(jid, None)
-                self.allocation.cpus.pop(jid, None)
+                self.allocation.cores.pop(jid, None)
                 t.rate[r] = 0.0
             if kind is None:
-                continue
+                if not cores_changed:
+                    continue
+                kind = ActionKind.RECORE
             if kind in (ActionKind.START, ActionKind.RESUME):
                 if kind is ActionKind.START:
                     t.first_start[r] = now
@@ -177,18 +182,12 @@ class Scheduler:
                 self._ever_ran.add(jid)
             elif kind is not ActionKind.SUSPEND:
                 t.resizes[r] += 1
-            actions.append(Action(kind, jid, old, new, cpus))
+            actions.append(Action(kind, jid, old, new, len(p.cores), p.cores))
         return StepResult(Plan(actions), changed)
-
-    def _proportional_cpus(self, gpus: tuple[int, ...]) -> int:
-        if not gpus:
-            return 0
-        nodes = self.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)]
-        return int(self._cpus_per_gpu[nodes].sum())
 
     @property
     def gpus_in_use(self) -> int:
-        return self.cluster.total_gpus - int(self.placer.node_free.sum())
+        return self.cluster.total_gpus - int(self.placer.gpu.node_free.sum())
 
     def next_wakeup(self, now: float) -> float | None:
         if self.table.n == 0:

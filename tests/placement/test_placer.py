@@ -16,11 +16,11 @@ def nodes_of(c: Cluster, gpus) -> set[int]:
 def test_best_fit_prefers_the_fullest_node_that_fits():
     c = Cluster.for_gpus(16, 8)
     p = ConsolidatingPlacer(c)
-    first = p.place({}, [Request("a", 6)])["a"]
+    first = p.place({}, [Request("a", 6)])["a"].gpus
     assert nodes_of(c, first) == {0}
-    second = p.place({"a": first}, [Request("b", 2)])["b"]
+    second = p.place({"a": first}, [Request("b", 2)])["b"].gpus
     assert nodes_of(c, second) == {0}  # fills node 0's hole, keeps node 1 whole for a big job
-    third = p.place({}, [Request("c", 8)])["c"]
+    third = p.place({}, [Request("c", 8)])["c"].gpus
     assert nodes_of(c, third) == {1}
 
 
@@ -28,7 +28,7 @@ def test_a_job_larger_than_a_node_spans_the_fewest_nodes():
     c = Cluster.for_gpus(32, 8)
     p = ConsolidatingPlacer(c)
     p.place({}, [Request("x", 3)])
-    big = p.place({}, [Request("y", 16)])["y"]
+    big = p.place({}, [Request("y", 16)])["y"].gpus
     assert len(nodes_of(c, big)) == 2
 
 
@@ -36,10 +36,10 @@ def test_shrink_keeps_the_gpus_on_the_job_s_main_node():
     c = Cluster.for_gpus(16, 8)
     p = ConsolidatingPlacer(c)
     p.place({}, [Request("f", 6)])
-    a = p.place({}, [Request("a", 4)])["a"]  # 2 on node 0, 2 on node 1 … or best fit
+    a = p.place({}, [Request("a", 4)])["a"].gpus  # 2 on node 0, 2 on node 1 … or best fit
     assert len(a) == 4
     cur = {"a": a}
-    small = p.place(cur, [Request("a", 2)])["a"]
+    small = p.place(cur, [Request("a", 2)])["a"].gpus
     assert set(small) <= set(a)
     counts = np.bincount(c.node_of_gpu[list(a)], minlength=2)
     assert len(nodes_of(c, small)) == 1 and int(counts[next(iter(nodes_of(c, small)))]) >= 2
@@ -61,7 +61,8 @@ def test_random_share_sequences_never_double_book(rounds, shape):
             want[biggest] -= 1
         changed = [Request(j, k) for j, k in want.items() if len(current.get(j, ())) != k]
         placed = p.place(current, changed)
-        for j, g in placed.items():
+        for j, pl in placed.items():
+            g = pl.gpus
             assert len(g) == want[j]
             if g:
                 current[j] = g
@@ -83,8 +84,34 @@ def test_per_type_requests_stay_on_their_type():
     c = Cluster(nodes=(Node("k", 4, "K80"), Node("v", 4, "V100")))
     p = ConsolidatingPlacer(c)
     v = c.type_names.index("V100")
-    g = p.place({}, [Request("a", 3, v)])["a"]
+    g = p.place({}, [Request("a", 3, v)])["a"].gpus
     assert nodes_of(c, g) == {1}
-    moved = p.place({"a": g}, [Request("a", 3, c.type_names.index("K80"))])["a"]
+    moved = p.place({"a": g}, [Request("a", 3, c.type_names.index("K80"))])["a"].gpus
     assert nodes_of(c, moved) == {0}
     assert p.free[4:].all()
+
+
+def test_cores_follow_gpus_proportionally_and_are_never_shared():
+    from coddl.core.cluster import Node
+
+    c = Cluster(nodes=(Node("a", 4, cpus=16), Node("b", 4, cpus=16)))
+    p = ConsolidatingPlacer(c)
+    x = p.place({}, [Request("x", 2)])["x"]  # default: 4 cores per GPU on these nodes
+    assert len(x.cores) == 8 and {int(c.node_of_core[k]) for k in x.cores} == {int(c.node_of_gpu[x.gpus[0]])}
+    y = p.place({}, [Request("y", 6, cpus=12)])["y"]  # 12 cores split by GPUs per node
+    per_node = {n: sum(1 for k in y.cores if c.node_of_core[k] == n) for n in (0, 1)}
+    gpn = {n: sum(1 for g in y.gpus if c.node_of_gpu[g] == n) for n in (0, 1)}
+    assert sum(per_node.values()) == 12
+    assert all(per_node[n] == 12 * gpn[n] // 6 for n in (0, 1))
+    assert not set(x.cores) & set(y.cores)
+
+
+def test_a_core_only_change_keeps_the_cores_it_can():
+    c = Cluster.for_gpus(8, 8)
+    p = ConsolidatingPlacer(c)
+    a = p.place({}, [Request("a", 2, cpus=4)])["a"]
+    more = p.place({"a": a.gpus}, [Request("a", 2, cpus=6)], {"a": a.cores})["a"]
+    assert more.gpus == a.gpus and set(a.cores) < set(more.cores) and len(more.cores) == 6
+    fewer = p.place({"a": more.gpus}, [Request("a", 2, cpus=2)], {"a": more.cores})["a"]
+    assert set(fewer.cores) < set(more.cores) and len(fewer.cores) == 2
+    assert int((~p.core.free).sum()) == 2

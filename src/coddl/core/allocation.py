@@ -22,6 +22,7 @@ class ActionKind(enum.Enum):
     SHRINK = "shrink"  # keeps a subset of its GPUs
     MIGRATE = "migrate"  # some GPUs kept and some swapped, or all moved
     SUSPEND = "suspend"  # loses all GPUs (preempted)
+    RECORE = "recore"  # same GPUs, different CPU cores (unified CPU–GPU allocation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,11 +31,12 @@ class Action:
     job_id: JobId
     old: Gpus
     new: Gpus
-    cpus: int = 0
+    cpus: int = 0  # CPU cores the job holds after the action
+    cores: tuple[int, ...] = ()  # which cores (global indices, see Cluster.node_first_core)
 
     @property
     def is_resize(self) -> bool:
-        return self.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MIGRATE)
+        return self.kind in (ActionKind.GROW, ActionKind.SHRINK, ActionKind.MIGRATE, ActionKind.RECORE)
 
 
 @dataclass(slots=True)
@@ -53,16 +55,16 @@ class Plan:
 
 @dataclass(slots=True)
 class Allocation:
-    """job → GPUs it holds (and CPU cores). Jobs holding nothing are absent."""
+    """job → GPUs it holds, and the CPU cores it holds. Jobs holding nothing are absent."""
 
     gpus: dict[JobId, Gpus] = field(default_factory=dict)
-    cpus: dict[JobId, int] = field(default_factory=dict)
+    cores: dict[JobId, tuple[int, ...]] = field(default_factory=dict)
 
     def used(self) -> int:
         return sum(len(g) for g in self.gpus.values())
 
     def copy(self) -> "Allocation":
-        return Allocation(dict(self.gpus), dict(self.cpus))
+        return Allocation(dict(self.gpus), dict(self.cores))
 
 
 def classify(old: Gpus, new: Gpus, ever_ran: bool) -> ActionKind | None:
@@ -93,5 +95,6 @@ def diff(current: Allocation, target: Allocation, ever_ran: set[JobId] | None = 
         new = target.gpus.get(j, ())
         kind = classify(old, new, j in ran)
         if kind is not None:
-            actions.append(Action(kind, j, old, new, target.cpus.get(j, 0)))
+            cores = target.cores.get(j, ())
+            actions.append(Action(kind, j, old, new, len(cores), cores))
     return Plan(actions)

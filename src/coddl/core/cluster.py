@@ -114,6 +114,22 @@ class Cluster:
         return np.concatenate([[0], np.cumsum(sizes)[:-1]])
 
     @cached_property
+    def node_of_core(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.nodes)), [n.cpus for n in self.nodes])
+
+    @cached_property
+    def node_first_core(self) -> np.ndarray:
+        """Global CPU-core indices are laid out like GPU indices: node i owns a contiguous range,
+        and core c of a node is that node's OS core c (what the runtime pins workers to)."""
+        sizes = np.array([n.cpus for n in self.nodes])
+        return np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    @cached_property
+    def cores_per_gpu(self) -> np.ndarray:
+        """The GPU-proportional core share of each node (cores ÷ GPUs, rounded down)."""
+        return np.array([n.cpus // n.gpus if n.gpus else 0 for n in self.nodes], dtype=np.int64)
+
+    @cached_property
     def node_type_index(self) -> np.ndarray:
         idx = {t: i for i, t in enumerate(self.type_names)}
         return np.array([idx[n.gpu_type] for n in self.nodes])

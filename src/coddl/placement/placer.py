@@ -1,14 +1,18 @@
 """Topology-aware placement that keeps running jobs where they are and consolidates the rest.
 
-The placer is incremental: it owns the free-GPU map and is asked to re-place only the jobs whose
-share changed, so its cost per scheduling step is proportional to what changed. Rules:
+The placer is incremental: it owns the free maps of GPUs and CPU cores and is asked to re-place
+only the jobs whose share changed, so its cost per scheduling step is proportional to what changed.
+Rules:
 
 * a shrinking job keeps its GPUs on the nodes where it has the most (it stays consolidated);
 * a growing job first fills the nodes it already uses, then new nodes;
 * new GPUs go best-fit to a single node (the fullest node that still fits, which leaves big holes
   for big jobs), or — when no node fits — to the emptiest nodes first, so the job spans few nodes;
-* shrinks are applied before grows, and big requests are placed before small ones.
-A GPU is never given to two jobs.
+* shrinks are applied before grows, and big requests are placed before small ones;
+* CPU cores follow the GPUs: on each node a job gets cores in proportion to its GPUs there
+  (the node's cores ÷ GPUs by default, or the job's requested total split by GPUs), keeping the
+  cores it already had, never more than the node has free.
+A GPU or a core is never given to two jobs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from coddl.core.allocation import Gpus
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
 
+Cores = tuple[int, ...]
+
 
 class PlacementError(RuntimeError):
     """The shares asked for more GPUs (of a type) than are free: a policy bug, never user input."""
@@ -31,76 +37,112 @@ class Request:
     job_id: JobId
     gpus: int
     gpu_type: int = -1  # index into cluster.type_names; -1 = any type
+    cpus: int | None = None  # total cores; None = the nodes' GPU-proportional share
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    gpus: Gpus
+    cores: Cores
+
+
+class _Pool:
+    """One per-node resource with global indices (GPUs or CPU cores)."""
+
+    def __init__(self, node_of: np.ndarray, first: np.ndarray, sizes: list[int]) -> None:
+        self.node_of = node_of
+        self.first = first
+        self.size = np.array(sizes, dtype=np.int64)
+        self.free = np.ones(int(self.size.sum()), dtype=bool)
+        self.node_free = self.size.copy()
+
+    def claim(self, idx: tuple[int, ...]) -> None:
+        a = np.asarray(idx, dtype=np.int64)
+        if not self.free[a].all():
+            raise PlacementError(f"{sorted(set(idx))} are not all free")
+        self.free[a] = False
+        np.subtract.at(self.node_free, self.node_of[a], 1)
+
+    def release(self, idx: tuple[int, ...]) -> None:
+        if idx:
+            a = np.asarray(idx, dtype=np.int64)
+            self.free[a] = True
+            np.add.at(self.node_free, self.node_of[a], 1)
+
+    def take(self, node: int, count: int) -> list[int]:
+        lo = int(self.first[node])
+        local = np.flatnonzero(self.free[lo : lo + int(self.size[node])])[:count] + lo
+        self.free[local] = False
+        self.node_free[node] -= local.size
+        return local.tolist()
 
 
 class ConsolidatingPlacer:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.free = np.ones(cluster.total_gpus, dtype=bool)
-        self.node_free = np.array([n.gpus for n in cluster.nodes], dtype=np.int64)
-        self._node_of = cluster.node_of_gpu
-        self._first = cluster.node_first_gpu
-        self._size = np.array([n.gpus for n in cluster.nodes], dtype=np.int64)
+        self.gpu = _Pool(cluster.node_of_gpu, cluster.node_first_gpu, [n.gpus for n in cluster.nodes])
+        self.core = _Pool(cluster.node_of_core, cluster.node_first_core, [n.cpus for n in cluster.nodes])
         self._type = cluster.node_type_index
+        self._nodes = len(cluster.nodes)
 
-    # ------------------------------------------------------------------ primitives
-    def claim(self, gpus: Gpus) -> None:
-        """Mark GPUs as used (recovering a persisted allocation)."""
-        idx = np.asarray(gpus, dtype=np.int64)
-        if not self.free[idx].all():
-            raise PlacementError(f"GPUs {sorted(set(gpus))} are not all free")
-        self.free[idx] = False
-        np.subtract.at(self.node_free, self._node_of[idx], 1)
+    # views used by the scheduler, the engine's invariant checks and tests
+    @property
+    def free(self) -> np.ndarray:
+        return self.gpu.free
 
-    def release(self, gpus: Gpus) -> None:
-        if not gpus:
-            return
-        idx = np.asarray(gpus, dtype=np.int64)
-        self.free[idx] = True
-        np.add.at(self.node_free, self._node_of[idx], 1)
+    @property
+    def node_free(self) -> np.ndarray:
+        return self.gpu.node_free
+
+    def claim(self, gpus: Gpus, cores: Cores = ()) -> None:
+        """Mark resources as used (recovering a persisted allocation)."""
+        self.gpu.claim(gpus)
+        self.core.claim(cores)
+
+    def release(self, gpus: Gpus, cores: Cores = ()) -> None:
+        self.gpu.release(gpus)
+        self.core.release(cores)
 
     def free_by_type(self) -> np.ndarray:
         out = np.zeros(len(self.cluster.type_names), dtype=np.int64)
-        np.add.at(out, self._type, self.node_free)
+        np.add.at(out, self._type, self.gpu.node_free)
         return out
 
-    def _take_on_node(self, node: int, count: int) -> list[int]:
-        lo = int(self._first[node])
-        local = np.flatnonzero(self.free[lo : lo + int(self._size[node])])[:count] + lo
-        self.free[local] = False
-        self.node_free[node] -= count
-        return local.tolist()
-
-    # ------------------------------------------------------------------ placement
+    # ------------------------------------------------------------------ GPUs
     def _shrink(self, old: Gpus, keep: int) -> Gpus:
-        nodes = self._node_of[np.asarray(old, dtype=np.int64)]
-        counts = np.bincount(nodes, minlength=len(self._size))
+        nodes = self.gpu.node_of[np.asarray(old, dtype=np.int64)]
+        counts = np.bincount(nodes, minlength=self._nodes)
         # keep GPUs on the nodes holding most of the job (ties: lower node index)
         order = sorted(range(len(old)), key=lambda i: (-counts[nodes[i]], nodes[i], old[i]))
         kept = sorted(old[i] for i in order[:keep])
-        self.release(tuple(g for g in old if g not in set(kept)))
+        keep_set = set(kept)
+        self.gpu.release(tuple(g for g in old if g not in keep_set))
         return tuple(kept)
 
-    def _allowed(self, gpu_type: int) -> np.ndarray:
-        ok = self.node_free > 0
-        return ok & (self._type == gpu_type) if gpu_type >= 0 else ok
+    def _allowed(self, gpu_type: int, cores_per_gpu: int) -> np.ndarray:
+        ok = self.gpu.node_free > 0
+        if gpu_type >= 0:
+            ok &= self._type == gpu_type
+        if cores_per_gpu > 0:  # prefer nodes that can also host the job's cores
+            with_cores = ok & (self.core.node_free >= cores_per_gpu)
+            if with_cores.any():
+                return with_cores
+        return ok
 
-    def _grow(self, old: Gpus, want: int, gpu_type: int) -> Gpus:
+    def _grow(self, old: Gpus, want: int, gpu_type: int, cores_per_gpu: int) -> Gpus:
         got = list(old)
         need = want - len(old)
         if old:  # fill the nodes the job already uses, most-free first
-            used_nodes = np.unique(self._node_of[np.asarray(old, dtype=np.int64)])
-            allowed = self._allowed(gpu_type)
-            for node in sorted(used_nodes.tolist(), key=lambda n: -int(self.node_free[n])):
+            used_nodes = np.unique(self.gpu.node_of[np.asarray(old, dtype=np.int64)])
+            allowed = self._allowed(gpu_type, 0)
+            for node in sorted(used_nodes.tolist(), key=lambda n: -int(self.gpu.node_free[n])):
                 if need == 0:
                     break
                 if allowed[node]:
-                    take = min(need, int(self.node_free[node]))
-                    got += self._take_on_node(node, take)
-                    need -= take
+                    got += self.gpu.take(node, min(need, int(self.gpu.node_free[node])))
+                    need = want - len(got)
         while need > 0:
-            allowed = self._allowed(gpu_type)
-            free = np.where(allowed, self.node_free, 0)
+            free = np.where(self._allowed(gpu_type, cores_per_gpu), self.gpu.node_free, 0)
             fits = np.flatnonzero(free >= need)
             if fits.size:  # best fit: the fullest node that still holds the rest
                 node = int(fits[np.argmin(free[fits])])
@@ -108,38 +150,74 @@ class ConsolidatingPlacer:
                 node = int(np.argmax(free))
                 if free[node] == 0:
                     raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
-            take = min(need, int(free[node]))
-            got += self._take_on_node(node, take)
-            need -= take
+            got += self.gpu.take(node, min(need, int(free[node])))
+            need = want - len(got)
         return tuple(sorted(got))
 
-    def place(self, current: dict[JobId, Gpus], requests: list[Request]) -> dict[JobId, Gpus]:
-        """New GPUs for each requested job (only those); ``current`` gives what they hold now.
-        Jobs whose type changes are moved whole (released, then placed afresh)."""
-        out: dict[JobId, Gpus] = {}
+    # ------------------------------------------------------------------ cores
+    def _core_targets(self, gpus: Gpus, cpus: int | None) -> dict[int, int]:
+        if not gpus:
+            return {}
+        nodes, per_node = np.unique(self.gpu.node_of[np.asarray(gpus, dtype=np.int64)], return_counts=True)
+        if cpus is None:
+            want = per_node * self.cluster.cores_per_gpu[nodes]
+        else:  # split the total in proportion to GPUs per node (largest remainder)
+            exact = cpus * per_node / per_node.sum()
+            want = np.floor(exact).astype(np.int64)
+            for i in np.argsort(-(exact - want), kind="stable")[: cpus - int(want.sum())]:
+                want[i] += 1
+        return {int(n): int(w) for n, w in zip(nodes, want)}
+
+    # ------------------------------------------------------------------ placement
+    def place(self, current: dict[JobId, Gpus], requests: list[Request],
+              current_cores: dict[JobId, Cores] | None = None) -> dict[JobId, Placed]:
+        """New GPUs and cores for each requested job (only those); ``current``/``current_cores``
+        give what they hold now. Jobs whose type changes are moved whole."""
+        cur_cores = current_cores or {}
+        gpus: dict[JobId, Gpus] = {}
         grows: list[tuple[Request, Gpus]] = []
         for req in requests:
+            self.core.release(cur_cores.get(req.job_id, ()))  # re-assigned below, old ones first
             old = current.get(req.job_id, ())
-            if old and req.gpu_type >= 0 and int(self._type[self._node_of[old[0]]]) != req.gpu_type:
-                self.release(old)
+            if old and req.gpu_type >= 0 and int(self._type[self.gpu.node_of[old[0]]]) != req.gpu_type:
+                self.gpu.release(old)
                 old = ()
             if req.gpus == 0:
-                self.release(old)
-                out[req.job_id] = ()
+                self.gpu.release(old)
+                gpus[req.job_id] = ()
             elif req.gpus <= len(old):
-                out[req.job_id] = self._shrink(old, req.gpus)
+                gpus[req.job_id] = self._shrink(old, req.gpus)
             else:
                 grows.append((req, old))
         grows.sort(key=lambda ro: -ro[0].gpus)
         for req, old in grows:
-            out[req.job_id] = self._grow(old, req.gpus, req.gpu_type)
-        return out
+            per_gpu = -(-req.cpus // req.gpus) if req.cpus else 0
+            gpus[req.job_id] = self._grow(old, req.gpus, req.gpu_type, per_gpu)
+        # cores: every job first takes back the cores it had on its nodes, then fills up
+        targets = {r.job_id: self._core_targets(gpus[r.job_id], r.cpus) for r in requests}
+        cores: dict[JobId, list[int]] = {j: [] for j in targets}
+        for j, tgt in targets.items():
+            old = np.asarray(cur_cores.get(j, ()), dtype=np.int64)
+            if old.size:
+                old = old[self.core.free[old]]
+                for node, want in tgt.items():
+                    mine = old[self.core.node_of[old] == node][:want].tolist()
+                    if mine:
+                        self.core.claim(tuple(mine))
+                        cores[j] += mine
+        for j, tgt in targets.items():
+            for node, want in tgt.items():
+                have = sum(1 for c in cores[j] if self.core.node_of[c] == node)
+                if want > have:
+                    cores[j] += self.core.take(node, want - have)
+        return {j: Placed(gpus[j], tuple(sorted(cores[j]))) for j in gpus}
 
     def fragmentation(self) -> float:
         """Share of free GPUs that sit on partially used nodes (0 = every free GPU is on an empty
         node; 1 = free capacity is scattered)."""
-        free = int(self.node_free.sum())
+        nf = self.gpu.node_free
+        free = int(nf.sum())
         if free == 0:
             return 0.0
-        partial = (self.node_free > 0) & (self.node_free < self._size)
-        return float(self.node_free[partial].sum()) / free
+        partial = (nf > 0) & (nf < self.gpu.size)
+        return float(nf[partial].sum()) / free

@@ -138,6 +138,14 @@ def _check_invariants(s: Scheduler, now: float) -> None:
     busy = np.flatnonzero(~s.placer.free)
     if set(busy.tolist()) != seen:
         raise InvariantViolation(f"t={now}: placer free-map disagrees with the allocation")
+    cores: set[int] = set()
+    for job, held in s.allocation.cores.items():
+        if cores.intersection(held):
+            raise InvariantViolation(f"t={now}: job {job} shares a CPU core with another job")
+        cores.update(held)
+    node_cores = np.bincount(s.cluster.node_of_core[list(cores)], minlength=len(s.cluster.nodes))
+    if (node_cores > np.array([n.cpus for n in s.cluster.nodes])).any():
+        raise InvariantViolation(f"t={now}: a node's CPU cores are over-committed")
 
 
 def _check_final(res: SimResult, specs: list[JobSpec]) -> None:

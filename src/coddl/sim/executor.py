@@ -19,8 +19,8 @@ from coddl.sim.reconfig import ReconfigCost
 
 
 class RateModel(Protocol):
-    def rate(self, model: int, gpus: tuple[int, ...]) -> float:
-        """Iterations/s of ``model`` on exactly these GPUs."""
+    def rate(self, model: int, gpus: tuple[int, ...], cpus: int) -> float:
+        """Iterations/s of ``model`` on exactly these GPUs with ``cpus`` CPU cores."""
 
 
 @dataclass
@@ -29,7 +29,7 @@ class CurveRate:
 
     scheduler: Scheduler
 
-    def rate(self, model: int, gpus: tuple[int, ...]) -> float:
+    def rate(self, model: int, gpus: tuple[int, ...], cpus: int) -> float:
         s = self.scheduler
         if not gpus:
             return 0.0
@@ -78,7 +78,7 @@ class SimExecutor:
         for a in plan:
             r = t.row[a.job_id]
             m = int(t.model[r])
-            rate = self.rate_model.rate(m, a.new)
+            rate = self.rate_model.rate(m, a.new, a.cpus)
             pause = self.reconfig.pause(a, names[m], 1.0 / rate if rate > 0 else 0.0)
             resume_at = max(now + pause, float(t.paused_until[r]) if a.kind is not ActionKind.SUSPEND else now)
             s.set_rate(a.job_id, rate, now, paused_until=resume_at)

@@ -43,6 +43,8 @@ class ReconfigCost:
         if self.name == "zero" or action.kind is ActionKind.SUSPEND:
             return 0.0
         state = 2 * MODEL_BYTES.get(model, 100e6)  # parameters + optimizer state
+        if self.name == "in-place" and action.kind is ActionKind.RECORE:
+            return self.regroup_s  # same ranks, new core affinity and input workers
         if self.name == "in-place":
             if action.kind in (ActionKind.START, ActionKind.RESUME):
                 load = state / (self.checkpoint_gbps * 1e9) if action.kind is ActionKind.RESUME else 0.0
