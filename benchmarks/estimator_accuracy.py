@@ -1,0 +1,142 @@
+"""Accuracy of the single-GPU throughput estimator on Pollux's measured T4 placements.
+
+Protocol (CoDDL's three steps, ALGORITHMS.md §6):
+1. calibrate the cluster's links once, on the multi-GPU rows of ONE app (default cifar10);
+2. for every app, build its profile from its one-GPU rows only and predict the step time of all its
+   multi-GPU rows in placements.csv and scalability.csv;
+3. correct each app online with the measurements of ONE placement (default 2222: 4 nodes × 2 GPUs),
+   its rows fed one by one to ``OnlineCorrection``, and predict again.
+
+MAPE is of throughput, over all multi-GPU rows except the measured placement's own (before and
+after use the same rows). ``after_by_measured_placement`` shows how the result depends on which
+placement was measured. Prints JSON, or a Markdown table with ``--markdown``.
+
+    python benchmarks/estimator_accuracy.py [--calibrate-on cifar10] [--measured 2222] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from coddl.perf.calibrate import Calibration, RowArrays, calibrate_links, pollux_profile, throughput_mape
+from coddl.perf.correction import OnlineCorrection
+from coddl.perf.estimator import ThroughputModel
+from coddl.perf.profiles import POLLUX_APPS, PolluxApp, load_pollux_app
+
+GOAL_BEFORE, GOAL_AFTER = 20.0, 10.0
+SENSITIVITY = ("2", "11", "22", "1111", "2222", "4444")
+
+
+@dataclass(frozen=True)
+class AppAccuracy:
+    app: str
+    model: str
+    held_out: bool
+    rows: int
+    mape_before_pct: float
+    mape_after_pct: float
+    correction_factor: float
+    after_by_measured_placement: dict[str, float]
+
+    @property
+    def meets_before(self) -> bool:
+        return self.mape_before_pct <= GOAL_BEFORE
+
+    @property
+    def meets_after(self) -> bool:
+        return self.mape_after_pct <= GOAL_AFTER
+
+
+def _measured(app: PolluxApp, digits: str) -> tuple[list, list]:
+    shape = tuple(int(c) for c in digits)
+    hit = [r for r in app.multi_gpu if r.source == "placements" and r.gpus_per_node == shape]
+    if not hit:
+        raise SystemExit(f"{app.name}: placement {digits} was not measured")
+    rest = [r for r in app.multi_gpu if not (r.source == "placements" and r.gpus_per_node == shape)]
+    return hit, rest
+
+
+def corrected_mape(app: PolluxApp, model: ThroughputModel, digits: str) -> tuple[float, float, float]:
+    """(MAPE before, MAPE after, factor) when ``digits`` is the one measured placement."""
+    profile = pollux_profile(app)
+    measured, rest = _measured(app, digits)
+    correction = OnlineCorrection()
+    sample = RowArrays.of(measured)
+    for pred, meas in zip(sample.predict(model, profile), sample.step_time):
+        correction.observe(1.0 / pred, 1.0 / meas)
+    rows = RowArrays.of(rest)
+    pred = rows.predict(model, profile)
+    return (throughput_mape(pred, rows.step_time), throughput_mape(pred / correction.factor, rows.step_time),
+            correction.factor)
+
+
+def evaluate(calibrate_on: str = "cifar10", measured: str = "2222") -> tuple[Calibration, list[AppAccuracy]]:
+    calibration = calibrate_links(load_pollux_app(calibrate_on))
+    model = calibration.model()
+    out = []
+    for name in POLLUX_APPS:
+        app = load_pollux_app(name)
+        before, after, factor = corrected_mape(app, model, measured)
+        by_placement = {d: round(corrected_mape(app, model, d)[1], 1) for d in SENSITIVITY}
+        out.append(AppAccuracy(name, app.model.architecture, name != calibrate_on, len(app.multi_gpu) - sum(
+            1 for r in app.multi_gpu if r.source == "placements" and r.gpus_per_node == tuple(map(int, measured)))
+            , round(before, 1), round(after, 1), round(factor, 3), by_placement))
+    return calibration, out
+
+
+def report(calibration: Calibration, apps: list[AppAccuracy], measured: str) -> dict:
+    links = calibration.links
+    return {
+        "calibration": {
+            "app": calibration.app, "rows": calibration.rows, "fit_mape_pct": round(calibration.mape, 1),
+            "algorithm": calibration.algorithm, "bucket_mb": calibration.bucket_mb,
+            "overlap_gamma": round(calibration.overlap, 3),
+            "inter_node_gbps": round(links.inter_node_gbps, 3), "intra_node_gbps": round(links.intra_node_gbps, 3),
+            "inter_node_latency_us": round(links.inter_node_latency_us, 1),
+            "intra_node_latency_us": round(links.intra_node_latency_us, 1),
+        },
+        "measured_placement": measured,
+        "goals_pct": {"before": GOAL_BEFORE, "after": GOAL_AFTER},
+        "apps": [asdict(a) | {"meets_before": a.meets_before, "meets_after": a.meets_after} for a in apps],
+        "held_out_mean_pct": {
+            "before": round(float(np.mean([a.mape_before_pct for a in apps if a.held_out])), 1),
+            "after": round(float(np.mean([a.mape_after_pct for a in apps if a.held_out])), 1),
+        },
+    }
+
+
+def markdown(calibration: Calibration, apps: list[AppAccuracy], measured: str) -> str:
+    lines = [
+        f"Links calibrated on {calibration.app} ({calibration.rows} multi-GPU rows, fit MAPE "
+        f"{calibration.mape:.1f}%); other apps from their one-GPU rows only; corrected online with the "
+        f"rows of placement {measured}.",
+        "",
+        f"| app | model | rows | MAPE before | MAPE after (measured {measured}) | goals (≤{GOAL_BEFORE:g}% / ≤{GOAL_AFTER:g}%) |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for a in apps:
+        name = a.app if a.held_out else f"{a.app} (calibration)"
+        goals = f"{'yes' if a.meets_before else 'no'} / {'yes' if a.meets_after else 'no'}"
+        lines.append(f"| {name} | {a.model} | {a.rows} | {a.mape_before_pct:.1f}% | {a.mape_after_pct:.1f}% | {goals} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calibrate-on", default="cifar10", choices=POLLUX_APPS)
+    parser.add_argument("--measured", default="2222", help="placement digits (GPUs per node) measured online")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table instead of JSON")
+    args = parser.parse_args()
+    calibration, apps = evaluate(args.calibrate_on, args.measured)
+    if args.markdown:
+        print(markdown(calibration, apps, args.measured))
+    else:
+        print(json.dumps(report(calibration, apps, args.measured), indent=2))
+
+
+if __name__ == "__main__":
+    main()
