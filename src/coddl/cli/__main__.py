@@ -1,0 +1,3 @@
+from coddl.cli.main import main
+
+main()
