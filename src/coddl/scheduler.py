@@ -18,7 +18,7 @@ from coddl.core.job import JobId, JobSpec, JobStatus
 from coddl.core.table import JobRecord, JobTable
 from coddl.perf.curves import CurveTable
 from coddl.placement.placer import ConsolidatingPlacer, Request
-from coddl.policies.base import Context, JobsView, Policy, Shares
+from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSample
 
 
 class InfeasibleShares(RuntimeError):
@@ -47,6 +47,7 @@ class Scheduler:
         self.type_speed = type_speed if type_speed is not None else np.ones((ntypes, len(curves.names)))
         self._capacity_by_type = np.array([cluster.capacity_by_type[t] for t in cluster.type_names])
         self._type_index = {t: i for i, t in enumerate(cluster.type_names)}
+        self.samples: dict[JobId, list[ThroughputSample]] = {}
         self._uid = 0
         self._ever_ran: set[JobId] = set()
         self.dirty = False
@@ -73,6 +74,7 @@ class Scheduler:
             t.work0[r] = t.total_work[r]
         self.placer.release(self.allocation.gpus.pop(job_id, ()), self.allocation.cores.pop(job_id, ()))
         self._ever_ran.discard(job_id)
+        self.samples.pop(job_id, None)
         spec, final = t.remove(job_id)
         rec = JobRecord(spec=spec, status=status.value, finish=now, first_start=final["first_start"],
                         attained_service=final["service0"], resizes=int(final["resizes"]))
@@ -89,6 +91,13 @@ class Scheduler:
         if paused_until is not None:
             self.table.paused_until[r] = paused_until
 
+    def observe(self, job_id: JobId, sample: ThroughputSample, keep: int = 64) -> None:
+        """Record a measured throughput sample (the last ``keep`` per job are kept for predictors)."""
+        buf = self.samples.setdefault(job_id, [])
+        buf.append(sample)
+        if len(buf) > keep:
+            del buf[0]
+
     def set_speed(self, job_id: JobId, factor: float) -> None:
         """Online correction: the job runs ``factor`` × its curve (policies see the corrected curve)."""
         self.table.speed[self.table.row[job_id]] = factor
@@ -100,7 +109,7 @@ class Scheduler:
         return Context(
             now=now, capacity=self.cluster.total_gpus, capacity_by_type=self._capacity_by_type,
             type_names=self.cluster.type_names, cpu_capacity=self.cluster.total_cpus, jobs=jobs,
-            curves=self.curves.rate, type_speed=self.type_speed, rng=self.rng,
+            curves=self.curves.rate, type_speed=self.type_speed, rng=self.rng, samples=self.samples,
         )
 
     def _check(self, ctx: Context, s: Shares) -> None:

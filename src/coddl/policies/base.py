@@ -77,6 +77,9 @@ class Context:
     type_speed: np.ndarray
     rng: np.random.Generator
     finished_service: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # measured throughput per job id, oldest first (real runs: from workers; simulated: from the
+    # executor's rate model, optionally noisy) — what online predictors fit
+    samples: dict[JobId, list[ThroughputSample]] = field(default_factory=dict)
 
     def throughput(self, k: np.ndarray | int, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
         """P_j(k) for the given rows (k broadcast), iterations/s."""
@@ -88,6 +91,20 @@ class Context:
         p = self.throughput(k, rows)
         with np.errstate(divide="ignore"):
             return np.where(p > 0, self.jobs.remaining[rows] / np.where(p > 0, p, 1.0), np.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputSample:
+    """One measurement: a job ran at ``rate`` iterations/s on ``gpus`` GPUs over ``nodes`` nodes with
+    ``cpus`` cores, at time ``time``, having done ``progress`` iterations."""
+
+    time: float
+    gpus: int
+    nodes: int
+    cpus: int
+    rate: float
+    progress: float
+    loss: float | None = None
 
 
 @dataclass

@@ -46,16 +46,18 @@ class SimResult:
 
 def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost | None = None, *,
              rate_model: RateModel | None = None, check: bool = False, record_timeline: bool = True,
-             progress: Callable[[int], None] | None = None) -> SimResult:
+             progress: Callable[[int], None] | None = None, sample_noise: float | None = None,
+             seed: int = 0) -> SimResult:
     """Replay ``specs`` through ``scheduler`` until every job has finished.
 
     ``check`` verifies the invariants at every step (no GPU over-allocated or shared, every job
     finishes once and after its arrival, ∫ rate dt equals each job's work); it costs time, so the
     tests turn it on and the CLI does not. ``progress`` is called with the number of finished jobs.
+    ``sample_noise`` (None: off) makes the executor report throughput samples for online predictors.
     """
     wall = time.perf_counter()
     audit = WorkAudit() if check else None
-    ex = SimExecutor(scheduler, reconfig or ReconfigCost(), rate_model, audit)
+    ex = SimExecutor(scheduler, reconfig or ReconfigCost(), rate_model, audit, sample_noise, seed)
     arrivals = sorted(specs, key=lambda s: s.arrival)
     res = SimResult(policy=scheduler.policy.name, records=scheduler.records, capacity=scheduler.cluster.total_gpus,
                     audit=audit)

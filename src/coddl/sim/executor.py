@@ -14,6 +14,7 @@ import numpy as np
 
 from coddl.core.allocation import ActionKind, Plan
 from coddl.core.job import JobId
+from coddl.policies.base import ThroughputSample
 from coddl.scheduler import Scheduler
 from coddl.sim.reconfig import ReconfigCost
 
@@ -63,11 +64,15 @@ class WorkAudit:
 
 class SimExecutor:
     def __init__(self, scheduler: Scheduler, reconfig: ReconfigCost, rate_model: RateModel | None = None,
-                 audit: WorkAudit | None = None) -> None:
+                 audit: WorkAudit | None = None, sample_noise: float | None = None, seed: int = 0) -> None:
         self.scheduler = scheduler
         self.reconfig = reconfig
         self.rate_model = rate_model or CurveRate(scheduler)
         self.audit = audit
+        # None: report no samples (no policy needs them); otherwise each (re)configured job reports
+        # its rate × (1 + N(0, sample_noise)), as a real job's first measured steps would
+        self.sample_noise = sample_noise
+        self._noise = np.random.default_rng(seed)
 
     def apply(self, plan: Plan, now: float) -> list[tuple[JobId, float]]:
         """Apply the plan; returns (job, predicted completion time) for jobs that now run."""
@@ -84,6 +89,10 @@ class SimExecutor:
             s.set_rate(a.job_id, rate, now, paused_until=resume_at)
             if self.audit is not None:
                 self.audit.change(a.job_id, now, rate, resume_at)
+            if rate > 0 and self.sample_noise is not None:
+                nodes = len(set(s.cluster.node_of_gpu[list(a.new)].tolist()))
+                noisy = rate * max(0.05, 1.0 + self._noise.normal(0.0, self.sample_noise)) if self.sample_noise else rate
+                s.observe(a.job_id, ThroughputSample(now, len(a.new), nodes, a.cpus, noisy, float(t.work0[r])))
             if rate > 0:
                 remaining = float(t.total_work[r] - t.work0[r])
                 out.append((a.job_id, resume_at + remaining / rate))
