@@ -1,0 +1,324 @@
+"""``ElasticJob``: the executor's handle on ONE elastic training job whose workers run on this host.
+
+It hosts the job's long-lived TCPStore (through a ``Coordinator``), launches one worker per slot, and
+turns ``start``/``resize``/``stop`` into memberships (see ``coddl.elastic.protocol``). A monitor thread
+waits on the workers' process sentinels, so a worker that dies (any exit, SIGKILL included) is noticed
+within milliseconds: the survivors get a ``failure`` membership and continue in place; if nobody
+survives, fresh workers restart from the last checkpoint (at most ``max_restarts`` times).
+
+A slot is a logical GPU index. When CUDA exists the worker sees only that slot's GPU
+(``CUDA_VISIBLE_DEVICES``); otherwise the slot is a CPU slot and only names the worker.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_sentinels
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import torch
+
+from coddl.elastic.coordinator import Coordinator
+from coddl.elastic.pool import Launcher, WorkerHandle, WorkerPool
+from coddl.elastic.protocol import (
+    REASON_FAILURE,
+    REASON_RESIZE,
+    REASON_RESTART,
+    REASON_START,
+    REASON_STOP,
+    Progress,
+    WorkerEnv,
+)
+from coddl.elastic.worker import WorkerSpec
+
+
+class JobPhase(enum.Enum):
+    IDLE = "idle"  # never started
+    STARTING = "starting"
+    RUNNING = "running"
+    RESIZING = "resizing"
+    RECOVERING = "recovering"  # survivors re-forming after a failure, or a restart from checkpoint
+    FINISHED = "finished"  # the training script reached its end
+    STOPPED = "stopped"  # stop() was called; a checkpoint holds the progress (start() resumes it)
+    FAILED = "failed"  # more than max_restarts restarts were needed
+
+    @property
+    def settled(self) -> bool:
+        return self in (JobPhase.FINISHED, JobPhase.STOPPED, JobPhase.FAILED)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """How to run a job's workers. ``entry`` is ``module:function`` or a script path (see WorkerSpec)."""
+
+    job_id: str
+    entry: str
+    job_dir: Path
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the workers
+    pg_timeout_s: float = 30.0
+    checkpoint_s: float = 60.0
+    report_s: float = 0.5
+    seed: int = 0
+    verify: bool = False  # ranks report state hashes after every regroup (Coordinator.state_hashes)
+    max_restarts: int = 3
+    start_timeout_s: float = 120.0  # cold workers import torch before they can join
+    host: str = "127.0.0.1"  # how workers reach the store; use a routable address for remote workers
+    threads: int = 1  # torch intra-op threads per worker
+    gpu_of_slot: Mapping[int, int] | None = None  # slot → physical GPU; default: the slot number
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What ``poll()`` returns. ``slots`` are the slots of the newest membership, in rank order: after
+    a failure they are fewer than the allocation until the controller grows the job again."""
+
+    phase: JobPhase
+    generation: int
+    slots: tuple[int, ...]
+    progress: Progress | None
+    failures: int
+    restarts: int
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: str
+    slot: int
+    handle: WorkerHandle | None = None
+
+
+class ElasticJob:
+    """Start, resize, stop and watch one elastic job on this host. Thread-safe; use as a context
+    manager (or call ``close()``) so that no worker outlives the handle."""
+
+    def __init__(self, config: JobConfig, launcher: Launcher | None = None) -> None:
+        self.config = config
+        self._launcher = launcher if launcher is not None else WorkerPool()
+        self.coordinator = Coordinator(config.host, timeout_s=config.pg_timeout_s)
+        self._cuda = torch.cuda.is_available()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._members: list[_Worker] = []  # rank order of the newest membership
+        self._leaving: list[_Worker] = []  # told to leave and not yet exited
+        self._slots: tuple[int, ...] = ()  # the allocation last asked for: a restart uses it
+        self._phase = JobPhase.IDLE
+        self._failures = 0
+        self._restarts = 0
+        self._ids = itertools.count()
+        self._closed = False
+        self._monitor = threading.Thread(target=self._watch, name=f"elastic-{config.job_id}", daemon=True)
+        self._monitor.start()
+        (config.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+
+    # ---- executor API ----------------------------------------------------------------------------
+
+    def start(self, slots: Sequence[int]) -> float:
+        """Launch one worker per slot (resuming from the checkpoint if the job dir has one); returns the
+        seconds until they train as one group."""
+        t0 = time.perf_counter()
+        with self._lock:
+            if self._members or self._leaving:
+                raise RuntimeError(f"job {self.config.job_id} is already running")
+            if not slots:
+                raise ValueError("start() needs at least one slot")
+            self._slots = tuple(slots)
+            self._phase = JobPhase.STARTING
+            generation = self._launch(self._new_workers(slots), REASON_START)
+        return self._await(generation, t0)
+
+    def resize(self, slots: Sequence[int]) -> float:
+        """Move the job onto ``slots`` in place: workers on kept slots continue, workers on dropped slots
+        leave, new slots get pooled workers that receive the state by broadcast. Returns the seconds
+        until the new group trains. With no slot kept this is a checkpoint-restart (``restart``)."""
+        if not slots:
+            raise ValueError("resize() needs at least one slot; use stop() to release all")
+        t0 = time.perf_counter()
+        with self._lock:
+            if self._phase is not JobPhase.RUNNING:
+                raise RuntimeError(f"job {self.config.job_id} cannot be resized while {self._phase.value}")
+            keep = [w for w in self._members if w.slot in slots]
+            leaving = [w for w in self._members if w.slot not in slots]
+            joiners = self._new_workers([s for s in slots if s not in {w.slot for w in keep}])
+            if not leaving and not joiners:
+                return 0.0
+            if keep:
+                self._leaving += leaving
+                self._slots = tuple(slots)
+                self._phase = JobPhase.RESIZING
+                generation = self._launch(keep + joiners, REASON_RESIZE)
+        if not keep:
+            return self.restart(slots)
+        return self._await(generation, t0)
+
+    def restart(self, slots: Sequence[int]) -> float:
+        """Checkpoint-restart onto ``slots``: stop (rank 0 saves a checkpoint), then start fresh workers
+        that resume from it. The slow path that in-place ``resize`` avoids; returns the seconds taken."""
+        t0 = time.perf_counter()
+        self.stop()
+        self.start(slots)
+        return time.perf_counter() - t0
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Ask every worker to leave at its next step boundary (rank 0 checkpoints first); kill those
+        still alive after ``grace_s`` (default: the process-group timeout)."""
+        with self._lock:
+            if self._members:
+                self.coordinator.post([], REASON_STOP)
+                self._leaving += self._members
+                self._members = []
+            if not self._phase.settled:
+                self._phase = JobPhase.STOPPED
+            self._changed.notify_all()
+        deadline = time.monotonic() + (self.config.pg_timeout_s if grace_s is None else grace_s)
+        killed = False
+        with self._lock:
+            while self._leaving:
+                left = deadline - time.monotonic()
+                if left <= 0 and not killed:
+                    for w in self._leaving:
+                        w.handle.kill()
+                    killed = True
+                self._changed.wait(left if left > 0 else 0.1)
+
+    def poll(self) -> JobReport:
+        with self._lock:
+            return JobReport(
+                phase=self._phase,
+                generation=self.coordinator.membership.generation,
+                slots=tuple(w.slot for w in self._members),
+                progress=self.coordinator.progress(),
+                failures=self._failures,
+                restarts=self._restarts,
+            )
+
+    def wait(self, timeout: float | None = None) -> JobReport:
+        """Block until the job is finished, stopped or failed (or ``timeout`` passes); returns poll()."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not (self._phase.settled and not self._members and not self._leaving):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+        return self.poll()
+
+    def worker_pids(self) -> dict[int, int]:
+        """slot → pid of the member worker on it (for operators, and for tests that kill workers)."""
+        with self._lock:
+            return {w.slot: w.handle.pid for w in self._members}
+
+    def close(self) -> None:
+        """Kill any remaining worker and stop watching; the store goes away with the handle."""
+        with self._lock:
+            self._closed = True
+            for w in self._members + self._leaving:
+                w.handle.kill()
+            self._changed.notify_all()
+        self._monitor.join()
+        for w in self._members + self._leaving:
+            w.handle.join(5)
+
+    def __enter__(self) -> ElasticJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- internals -------------------------------------------------------------------------------
+
+    def _new_workers(self, slots: Sequence[int]) -> list[_Worker]:
+        return [_Worker(f"w{next(self._ids)}", slot) for slot in slots]
+
+    def _launch(self, members: list[_Worker], reason: str) -> int:
+        """Post the membership (record before action), then start the workers that have no process."""
+        m = self.coordinator.post([w.worker_id for w in members], reason)
+        for w in members:
+            if w.handle is None:
+                w.handle = self._launcher.launch(self._spec(w, m.generation))
+        self._members = members
+        self._changed.notify_all()
+        return m.generation
+
+    def _spec(self, worker: _Worker, generation: int) -> WorkerSpec:
+        c = self.config
+        env = dict(c.env)
+        env.update(WorkerEnv(
+            store_addr=self.coordinator.address, job_id=c.job_id, worker_id=worker.worker_id,
+            generation=generation, job_dir=c.job_dir, pg_timeout_s=c.pg_timeout_s,
+            checkpoint_s=c.checkpoint_s, report_s=c.report_s, seed=c.seed, verify=c.verify,
+        ).to_environ())
+        env["CODDL_SLOT"] = str(worker.slot)
+        if self._cuda:
+            env["CUDA_VISIBLE_DEVICES"] = str((c.gpu_of_slot or {}).get(worker.slot, worker.slot))
+        return WorkerSpec(
+            entry=c.entry, args=tuple(c.args), env=env,
+            log_path=str(c.job_dir / "logs" / f"{worker.worker_id}.log"),
+            cwd=os.getcwd(), sys_path=tuple(sys.path), threads=c.threads,
+        )
+
+    def _await(self, generation: int, t0: float) -> float:
+        """Seconds from ``t0`` until ``generation`` (or a later one, after a failure) trains."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while True:
+            with self._lock:
+                phase, newest = self._phase, self.coordinator.membership.generation
+            if phase is JobPhase.FAILED:
+                raise RuntimeError(f"job {self.config.job_id} failed (see {self.config.job_dir / 'logs'})")
+            if phase.settled or any(self.coordinator.is_complete(g) for g in range(generation, newest + 1)):
+                return time.perf_counter() - t0
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.config.job_id}: generation {generation} did not form "
+                                   f"within {self.config.start_timeout_s} s")
+            time.sleep(0.001)
+
+    def _watch(self) -> None:
+        """Monitor thread: reap exited workers and move the phase along."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                live = {w.handle.sentinel: w for w in self._members + self._leaving}
+            if live:
+                ended = wait_for_sentinels(list(live), timeout=0.05)
+            else:
+                time.sleep(0.05)
+                ended = []
+            with self._lock:
+                if self._closed:
+                    return
+                for sentinel in ended:
+                    self._on_exit(live[sentinel])
+                if self._phase in (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING) and \
+                        self.coordinator.is_complete(self.coordinator.membership.generation):
+                    self._phase = JobPhase.RUNNING
+                    self._changed.notify_all()
+
+    def _on_exit(self, worker: _Worker) -> None:
+        worker.handle.join(0)
+        self._changed.notify_all()
+        if worker in self._leaving:
+            self._leaving.remove(worker)
+            return
+        self._members.remove(worker)
+        if worker.handle.exitcode == 0 and self.coordinator.finished():
+            if not self._members:
+                self._phase = JobPhase.FINISHED
+            return
+        self._failures += 1
+        if self._members:
+            self._phase = JobPhase.RECOVERING
+            self.coordinator.post([w.worker_id for w in self._members], REASON_FAILURE)
+        elif self._restarts < self.config.max_restarts:
+            self._restarts += 1
+            self._phase = JobPhase.RECOVERING
+            self._launch(self._new_workers(self._slots), REASON_RESTART)
+        else:
+            self._phase = JobPhase.FAILED

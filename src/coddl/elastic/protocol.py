@@ -1,0 +1,187 @@
+"""The wire protocol between a job's coordinator and its workers: env vars and TCPStore keys.
+
+Everything a worker needs comes from environment variables, and everything the two sides say to each
+other afterwards goes through ONE ``torch.distributed.TCPStore`` that the coordinator hosts for the
+whole life of the job. Workers only need the store's ``host:port``, so a worker may run on any node
+(a Ray actor on another machine starts workers with the same env vars; nothing here assumes one host).
+
+Environment of a worker (set by the executor; ``WorkerEnv.from_environ`` reads it)::
+
+    CODDL_STORE_ADDR        host:port of the job's TCPStore (unset: standalone, world size 1)
+    CODDL_JOB_ID            job name, for logs
+    CODDL_WORKER_ID         unique within the job, never reused ("w0", "w1", ...)
+    CODDL_GENERATION        the membership generation this worker was started for
+    CODDL_JOB_DIR           checkpoints live here (unset: no checkpoints)
+    CODDL_PG_TIMEOUT_S      process-group and store timeout, default 30 (see below)
+    CODDL_CHECKPOINT_S      seconds between periodic checkpoints by rank 0, default 60; 0 = never
+    CODDL_REPORT_S          seconds between progress reports by rank 0, default 0.5
+    CODDL_SEED              seed of the data permutation and of the initial RNG state, default 0
+    CODDL_VERIFY            "1": every rank reports a hash of its training state after each regroup
+    CODDL_SLOT              the logical GPU slot this worker occupies (informational)
+    CUDA_VISIBLE_DEVICES    the slot's physical GPU, when CUDA exists
+
+Store keys (values are ASCII; JSON where structured)::
+
+    generation              counter, the newest membership generation (coordinator ``add``s 1)
+    membership/{g}          JSON Membership: ordered worker ids (index = rank) and the reason
+    gen{g}/pg/...           the gloo/nccl rendezvous of generation g (a PrefixStore)
+    gen{g}/ready            counter: ranks of g that finished regrouping and state sync
+    gen{g}/complete         set by the last ready rank: generation g is training
+    gen{g}/hash/{rank}      with CODDL_VERIFY: sha256 of that rank's model + optimizer state
+    progress                JSON Progress, written by rank 0 every CODDL_REPORT_S
+    finished                set by rank 0 when training reached its end
+
+Resize: the coordinator writes ``membership/{g+1}`` and then bumps ``generation``. Rank 0 reads
+``generation`` once per step and piggy-backs it on the step's control all-reduce, so every rank learns
+the new generation at the SAME step boundary without an extra round. Survivors then tear down their
+process group and join ``gen{g+1}/pg`` with their new rank; workers started for g+1 join it directly;
+workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
+writes a checkpoint first). State is copied from the survivor with the most progress when any rank
+lacks it or survivors disagree; if no rank has state, rank 0 loads the checkpoint.
+
+Failure: the coordinator sees a worker process exit and posts a membership of the survivors with
+reason ``failure``. Only the dead worker's ring neighbours get an error from gloo at once; the others
+would block until the process-group timeout, so workers wait for collectives in slices and abandon
+them as soon as a ``failure`` membership appears. CODDL_PG_TIMEOUT_S (default 30 s) still bounds
+rendezvous and any hang the coordinator cannot see; it must exceed the longest legitimate wait
+(a slow joiner's start-up, rank 0 writing a checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping
+
+GENERATION_KEY = "generation"
+PROGRESS_KEY = "progress"
+FINISHED_KEY = "finished"
+
+REASON_START = "start"
+REASON_RESIZE = "resize"
+REASON_FAILURE = "failure"
+REASON_RESTART = "restart"
+REASON_STOP = "stop"
+
+
+def membership_key(generation: int) -> str:
+    return f"membership/{generation}"
+
+
+def pg_prefix(generation: int) -> str:
+    return f"gen{generation}/pg"
+
+
+def ready_key(generation: int) -> str:
+    return f"gen{generation}/ready"
+
+
+def complete_key(generation: int) -> str:
+    return f"gen{generation}/complete"
+
+
+def hash_key(generation: int, rank: int) -> str:
+    return f"gen{generation}/hash/{rank}"
+
+
+@dataclass(frozen=True)
+class Membership:
+    """Who trains in generation ``generation``: ``members[i]`` is the worker id of rank i."""
+
+    generation: int
+    members: tuple[str, ...]
+    reason: str
+
+    def dumps(self) -> str:
+        return json.dumps({"generation": self.generation, "members": list(self.members), "reason": self.reason})
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Membership:
+        d = json.loads(raw)
+        return cls(generation=int(d["generation"]), members=tuple(d["members"]), reason=str(d["reason"]))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Rank 0's report: enough for a controller to track work done and feed a throughput estimator.
+
+    ``samples_per_s`` and ``loss`` cover only the steps since the previous report, and a report
+    window never spans a regroup, so each sample belongs to exactly one ``world_size``.
+    """
+
+    generation: int
+    world_size: int
+    step: int
+    epoch: int
+    samples: int  # samples trained on since the job first started, across restarts
+    samples_per_s: float
+    steps_per_s: float
+    loss: float | None
+    global_batch: int
+    time: float  # wall clock (time.time()) of the report
+
+    def dumps(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Progress:
+        return cls(**json.loads(raw))
+
+
+@dataclass(frozen=True)
+class WorkerEnv:
+    """The settings a worker reads from its environment (see the module docstring)."""
+
+    store_addr: str | None
+    job_id: str
+    worker_id: str
+    generation: int
+    job_dir: Path | None
+    pg_timeout_s: float = 30.0
+    checkpoint_s: float = 60.0
+    report_s: float = 0.5
+    seed: int = 0
+    verify: bool = False
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> WorkerEnv:
+        job_dir = environ.get("CODDL_JOB_DIR")
+        return cls(
+            store_addr=environ.get("CODDL_STORE_ADDR") or None,
+            job_id=environ.get("CODDL_JOB_ID", "standalone"),
+            worker_id=environ.get("CODDL_WORKER_ID", "w0"),
+            generation=int(environ.get("CODDL_GENERATION", "1")),
+            job_dir=Path(job_dir) if job_dir else None,
+            pg_timeout_s=float(environ.get("CODDL_PG_TIMEOUT_S", "30")),
+            checkpoint_s=float(environ.get("CODDL_CHECKPOINT_S", "60")),
+            report_s=float(environ.get("CODDL_REPORT_S", "0.5")),
+            seed=int(environ.get("CODDL_SEED", "0")),
+            verify=environ.get("CODDL_VERIFY", "") == "1",
+        )
+
+    def to_environ(self) -> dict[str, str]:
+        env = {
+            "CODDL_JOB_ID": self.job_id,
+            "CODDL_WORKER_ID": self.worker_id,
+            "CODDL_GENERATION": str(self.generation),
+            "CODDL_PG_TIMEOUT_S": str(self.pg_timeout_s),
+            "CODDL_CHECKPOINT_S": str(self.checkpoint_s),
+            "CODDL_REPORT_S": str(self.report_s),
+            "CODDL_SEED": str(self.seed),
+            "CODDL_VERIFY": "1" if self.verify else "0",
+        }
+        if self.store_addr:
+            env["CODDL_STORE_ADDR"] = self.store_addr
+        if self.job_dir is not None:
+            env["CODDL_JOB_DIR"] = str(self.job_dir)
+        return env
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` → ``(host, port)``; the host may be a bracketed IPv6 literal."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"CODDL_STORE_ADDR must be host:port, got {addr!r}")
+    return host.strip("[]"), int(port)

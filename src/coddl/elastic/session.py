@@ -1,0 +1,404 @@
+"""The training-script side: ``with session() as s`` joins the job, ``s.wrap`` syncs the replicas,
+``s.batches`` hands out this rank's slice of every global batch and ``s.step`` applies one update.
+
+Every rank runs the same loop; the step boundary (inside ``step()``, after the optimizer update) is
+the only place where the world size changes, so user code never sees a half-applied resize. See
+``coddl.elastic.protocol`` for how membership changes reach the ranks.
+
+Gradients are averaged by our own all-reduce instead of DistributedDataParallel: DDP binds itself to
+one process group and would have to be rebuilt on every regroup, and owning the all-reduce lets a
+three-number control message (loss, loss weight, newest generation) ride along in the same step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils._pytree import tree_map
+from torch.utils.data import default_collate
+
+from coddl.elastic import group, state
+from coddl.elastic.coordinator import Coordinator
+from coddl.elastic.data import BatchRule, Position, Samples, SampleOrder, local_range
+from coddl.elastic.protocol import (
+    FINISHED_KEY,
+    GENERATION_KEY,
+    PROGRESS_KEY,
+    REASON_FAILURE,
+    REASON_RESTART,
+    REASON_START,
+    Membership,
+    Progress,
+    WorkerEnv,
+    complete_key,
+    hash_key,
+    membership_key,
+    ready_key,
+    split_addr,
+)
+
+
+class Departed(SystemExit):
+    """Raised on a rank that is not in the new membership; as a SystemExit(0) it ends the worker cleanly."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
+@dataclass
+class _Pending:
+    """The local batch handed to the user and not yet stepped on."""
+
+    samples: Samples
+    global_size: int
+
+
+@dataclass
+class _Window:
+    """What happened since rank 0's last progress report."""
+
+    start: float
+    steps: int = 0
+    samples: int = 0
+    loss_sum: float = 0.0
+    loss_weight: float = 0.0
+
+
+class Session:
+    """One worker's membership in an elastic data-parallel job. Create it with ``session()``."""
+
+    def __init__(self, env: WorkerEnv) -> None:
+        self._env = env
+        self._backend, self.device = group.select_backend()
+        self._coordinator: Coordinator | None = None
+        self._store: dist.Store | None = None
+        self._model: torch.nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._membership = Membership(0, (), "none")
+        self._rank = 0
+        self._counters = state.Counters()
+        self._has_state = False  # holds trained or restored state (a fresh process does not)
+        self._clean = True  # last step completed everywhere (False after an abandoned collective)
+        self._departing = False
+        self._pending: _Pending | None = None
+        self._last_samples: Samples | None = None
+        self._global_batch = 0
+        self._dataset_len = 0
+        self._window = _Window(time.perf_counter())
+        self._last_checkpoint = time.monotonic()
+        self._seen_failure: dict[int, bool] = {}
+
+    # ---- context ---------------------------------------------------------------------------------
+
+    def __enter__(self) -> Session:
+        env = self._env
+        if env.store_addr is None:  # standalone: host a private one-worker coordinator
+            self._coordinator = Coordinator(timeout_s=env.pg_timeout_s)
+            self._coordinator.post([env.worker_id], REASON_START)
+            self._store = self._coordinator.store
+        else:
+            host, port = split_addr(env.store_addr)
+            self._store = dist.TCPStore(host, port, is_master=False,
+                                        timeout=datetime.timedelta(seconds=env.pg_timeout_s))
+        # Same seed everywhere, so models built after this line start identical even before the sync.
+        torch.manual_seed(env.seed)
+        random.seed(env.seed)
+        np.random.seed(env.seed)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        group.dissolve()
+        self._store = None
+        self._coordinator = None
+
+    # ---- public API ------------------------------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return len(self._membership.members)
+
+    @property
+    def generation(self) -> int:
+        return self._membership.generation
+
+    @property
+    def steps_done(self) -> int:
+        """Optimizer steps applied by the job so far (all ranks agree; survives resizes and restarts)."""
+        return self._counters.step
+
+    @property
+    def epoch(self) -> int:
+        return self._counters.position.epoch
+
+    @property
+    def global_batch(self) -> int:
+        return self._global_batch
+
+    @property
+    def last_samples(self) -> list[tuple[int, int]]:
+        """(epoch, dataset index) of each sample in the last batch this rank handed out."""
+        s = self._last_samples
+        return list(zip(s.epochs, s.indices)) if s is not None else []
+
+    def wrap(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """Move the model to this rank's device and join the job: afterwards every rank holds the same
+        parameters, optimizer state, data position and RNG state (from a survivor or the checkpoint)."""
+        if self._store is None:
+            raise RuntimeError("use the session inside `with session() as s:`")
+        self._model = model.to(self.device)
+        self._optimizer = optimizer
+        self._enter(self._env.generation)
+        if self._departing:
+            raise Departed()
+        return model, optimizer
+
+    def batches(self, dataset: Any, *, global_batch: int | None = None, local_batch: int | None = None,
+                steps: int | None = None, epochs: int | None = None,
+                collate_fn: Callable[[list[Any]], Any] = default_collate) -> Iterator[Any]:
+        """Yield this rank's slice of each global batch of the map-style ``dataset`` until ``steps``
+        optimizer steps or ``epochs`` epochs are done (counted for the whole job, across resizes).
+
+        ``global_batch`` keeps the global batch fixed whatever the world size; ``local_batch`` instead
+        keeps the per-rank batch fixed (linear scaling). Call ``step()`` exactly once per batch.
+        """
+        if self._model is None:
+            raise RuntimeError("call s.wrap(model, optimizer) before s.batches()")
+        rule = BatchRule(global_batch, local_batch)
+        order = SampleOrder(len(dataset), self._env.seed)
+        self._dataset_len = order.dataset_len
+        while True:
+            if self._departing:
+                raise Departed()
+            if (steps is not None and self._counters.step >= steps) or (
+                epochs is not None and self._counters.position.epoch >= epochs
+            ):
+                break
+            self._global_batch = rule.global_size(self.world_size)
+            batch = order.take(self._counters.position, self._global_batch, epochs)
+            mine = batch.slice(*local_range(len(batch), self.world_size, self._rank))
+            self._pending = _Pending(mine, len(batch))
+            self._last_samples = mine
+            if len(mine) == 0:  # a final, truncated batch smaller than the world: contribute nothing
+                self.step()
+                continue
+            yield tree_map(self._to_device, collate_fn(_fetch(dataset, mine.indices)))
+            if self._pending is not None:
+                raise RuntimeError("call s.step() once for every batch from s.batches()")
+        self._finish()
+
+    def step(self, loss: torch.Tensor | float | None = None) -> bool:
+        """Average the gradients over all ranks, apply the optimizer, zero the gradients and advance
+        the data position; then, at this step boundary, carry out any new membership.
+
+        Returns False when the step was lost to a worker failure: the ranks have then been re-formed
+        and re-synced from the survivor with the most progress, and training simply continues.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError("s.step() needs a batch from s.batches() first")
+        weight = len(pending.samples) / pending.global_size  # the mean-loss gradient of the global batch
+        loss_value = float(loss.detach() if isinstance(loss, torch.Tensor) else (loss or 0.0))
+        newest = self._store.add(GENERATION_KEY, 0) if self._rank == 0 else 0
+        control = torch.tensor([loss_value * weight, weight if loss is not None else 0.0, newest],
+                               dtype=torch.float64, device=self.device)
+        buckets = self._gradient_buckets(weight)
+        works = [dist.all_reduce(control, async_op=True)]
+        works += [dist.all_reduce(flat, async_op=True) for flat, _ in buckets]
+        try:
+            for work in works:
+                group.wait(work, self._failure_announced)
+        except group.CollectiveFailed:
+            self._recover(works)
+            return False
+        for flat, params in buckets:
+            for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, params)):
+                p.grad = g
+        self._optimizer.step()
+        self._optimizer.zero_grad(set_to_none=True)
+        self._counters.step += 1
+        self._counters.samples += pending.global_size
+        self._counters.position = self._counters.position.advanced(pending.global_size, self._dataset_len)
+        self._has_state = self._clean = True
+        loss_sum, loss_weight, target = control.tolist()
+        self._account(pending.global_size, loss_sum, loss_weight)
+        if int(target) > self.generation:
+            self._transition(int(target))
+        return True
+
+    # ---- membership ------------------------------------------------------------------------------
+
+    def _enter(self, generation: int) -> None:
+        """Join ``generation`` (or leave, if not a member); on a failure during the join, wait for the
+        coordinator's next membership and join that one instead."""
+        while True:
+            self._membership = Membership.loads(self._store.get(membership_key(generation)))
+            if self._env.worker_id not in self._membership.members:
+                self._departing = True
+                return
+            self._rank = self._membership.members.index(self._env.worker_id)
+            try:
+                group.form(self._store, generation, self._rank, self.world_size, self._backend,
+                           self._env.pg_timeout_s)
+                self._sync()
+            except (group.CollectiveFailed, dist.DistError):
+                group.dissolve(pending=[])
+                self._clean = False
+                generation = self._await_newer(generation)
+                continue
+            self._announce_ready()
+            return
+
+    def _transition(self, generation: int) -> None:
+        """A planned membership change at a clean step boundary."""
+        nxt = Membership.loads(self._store.get(membership_key(generation)))
+        survivors = set(self._membership.members) & set(nxt.members)
+        if self._rank == 0:
+            self._report()
+            if not survivors:  # a stop (or a move to all-new workers): keep the progress on disk
+                self._checkpoint()
+        group.dissolve()
+        self._window = _Window(time.perf_counter())
+        self._enter(generation)
+
+    def _recover(self, works: list[dist.Work]) -> None:
+        """After a lost collective: drop the group, wait for the coordinator's failure membership, rejoin."""
+        group.dissolve(pending=works)
+        self._clean = False
+        self._window = _Window(time.perf_counter())
+        self._enter(self._await_newer(self.generation))
+
+    def _await_newer(self, generation: int) -> int:
+        deadline = time.monotonic() + 2 * self._env.pg_timeout_s
+        while (newest := self._store.add(GENERATION_KEY, 0)) <= generation:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no new membership after a failure in generation {generation}")
+            time.sleep(0.01)
+        return newest
+
+    def _failure_announced(self) -> bool:
+        """Whether the coordinator has posted a failure membership newer than ours (cached per generation)."""
+        newest = self._store.add(GENERATION_KEY, 0)
+        if newest <= self.generation:
+            return False
+        if newest not in self._seen_failure:
+            m = Membership.loads(self._store.get(membership_key(newest)))
+            self._seen_failure[newest] = m.reason in (REASON_FAILURE, REASON_RESTART)
+        return self._seen_failure[newest]
+
+    def _sync(self) -> None:
+        """Make every rank's state identical, copying only when needed.
+
+        All ranks share (has state, clean, step). If all are clean holders at the same step (a planned
+        shrink) nothing moves. Otherwise the holder with the most progress broadcasts; if nobody holds
+        state, rank 0 loads the checkpoint (or keeps the seeded initial model) and broadcasts that.
+        """
+        mine = torch.tensor([int(self._has_state), int(self._clean), self._counters.step], device=self.device)
+        rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(rows, mine)
+        table = [r.tolist() for r in rows]
+        if all(has and clean for has, clean, _ in table) and len({s for *_, s in table}) == 1:
+            return
+        holders = [r for r, (has, _, _) in enumerate(table) if has]
+        src = max(holders, key=lambda r: (table[r][2], -r)) if holders else 0
+        if not holders and self._rank == 0 and self._env.job_dir is not None:
+            saved = state.load_checkpoint(self._env.job_dir)
+            if saved is not None:
+                self._counters = state.restore(saved, self._model, self._optimizer)
+        payload = state.capture(self._model, self._optimizer, self._counters) if self._rank == src else None
+        payload = state.broadcast(payload, src, self.device, lambda w: group.wait(w, self._failure_announced))
+        if self._rank != src:
+            self._counters = state.restore(payload, self._model, self._optimizer)
+        self._has_state = self._clean = True
+
+    def _announce_ready(self) -> None:
+        g = self.generation
+        if self._store.add(ready_key(g), 1) == self.world_size:
+            self._store.set(complete_key(g), str(time.time()))
+        if self._env.verify:
+            self._store.set(hash_key(g, self._rank), state.state_hash(self._model, self._optimizer))
+
+    # ---- per-step bookkeeping --------------------------------------------------------------------
+
+    def _gradient_buckets(self, weight: float) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+        """One flat, pre-weighted gradient buffer per dtype (missing gradients count as zeros)."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
+        for p in self._model.parameters():
+            if p.requires_grad:
+                by_dtype[p.dtype].append(p)
+        buckets = []
+        for params in by_dtype.values():
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            buckets.append((torch._utils._flatten_dense_tensors(grads).mul_(weight), params))
+        return buckets
+
+    def _account(self, samples: int, loss_sum: float, loss_weight: float) -> None:
+        w = self._window
+        w.steps += 1
+        w.samples += samples
+        w.loss_sum += loss_sum
+        w.loss_weight += loss_weight
+        if self._rank != 0:
+            return
+        if time.perf_counter() - w.start >= self._env.report_s:
+            self._report()
+            self._window = _Window(time.perf_counter())
+        if self._env.checkpoint_s > 0 and time.monotonic() - self._last_checkpoint >= self._env.checkpoint_s:
+            self._checkpoint()
+
+    def _report(self) -> None:
+        w = self._window
+        elapsed = max(time.perf_counter() - w.start, 1e-9)
+        progress = Progress(
+            generation=self.generation,
+            world_size=self.world_size,
+            step=self._counters.step,
+            epoch=self._counters.position.epoch,
+            samples=self._counters.samples,
+            samples_per_s=w.samples / elapsed,
+            steps_per_s=w.steps / elapsed,
+            loss=w.loss_sum / w.loss_weight if w.loss_weight > 0 else None,
+            global_batch=self._global_batch,
+            time=time.time(),
+        )
+        self._store.set(PROGRESS_KEY, progress.dumps())
+
+    def _checkpoint(self) -> None:
+        if self._env.job_dir is not None:
+            state.save_checkpoint(self._env.job_dir, state.capture(self._model, self._optimizer, self._counters))
+        self._last_checkpoint = time.monotonic()
+
+    def _finish(self) -> None:
+        """End of training: rank 0 saves and reports; nobody exits before that is on record."""
+        if self._rank == 0:
+            self._checkpoint()
+            self._report()
+            self._store.set(FINISHED_KEY, str(self._counters.step))
+        self._store.wait([FINISHED_KEY])
+
+    def _to_device(self, x: Any) -> Any:
+        return x.to(self.device, non_blocking=True) if isinstance(x, torch.Tensor) else x
+
+
+def _fetch(dataset: Any, indices: Sequence[int]) -> list[Any]:
+    """Samples as a list, through the dataset's batched ``__getitems__`` when it has one."""
+    if hasattr(dataset, "__getitems__"):
+        return dataset.__getitems__(list(indices))
+    return [dataset[i] for i in indices]
+
+
+def session(env: WorkerEnv | None = None) -> Session:
+    """The session of this worker, configured from the CODDL_* environment variables (see
+    ``coddl.elastic.protocol``); without CODDL_STORE_ADDR it runs standalone with world size 1."""
+    return Session(env if env is not None else WorkerEnv.from_environ())
