@@ -9,7 +9,8 @@ Protocol (CoDDL's three steps, ALGORITHMS.md §6):
 
 MAPE is of throughput, over all multi-GPU rows except the measured placement's own (before and
 after use the same rows). ``after_by_measured_placement`` shows how the result depends on which
-placement was measured. Prints JSON, or a Markdown table with ``--markdown``.
+placement was measured; ``self_fit_mape_pct`` is the MAPE with the links fitted on the app itself, the
+best this model can do on those rows. Prints JSON, or a Markdown table with ``--markdown``.
 
     python benchmarks/estimator_accuracy.py [--calibrate-on cifar10] [--measured 2222] [--markdown]
 """
@@ -25,7 +26,7 @@ import numpy as np
 from coddl.perf.calibrate import Calibration, RowArrays, calibrate_links, pollux_profile, throughput_mape
 from coddl.perf.correction import OnlineCorrection
 from coddl.perf.estimator import ThroughputModel
-from coddl.perf.profiles import POLLUX_APPS, PolluxApp, load_pollux_app
+from coddl.perf.profiles import POLLUX_APPS, PolluxApp, PolluxRow, load_pollux_app
 
 GOAL_BEFORE, GOAL_AFTER = 20.0, 10.0
 SENSITIVITY = ("2", "11", "22", "1111", "2222", "4444")
@@ -41,6 +42,7 @@ class AppAccuracy:
     mape_after_pct: float
     correction_factor: float
     after_by_measured_placement: dict[str, float]
+    self_fit_mape_pct: float  # links fitted on this app itself: the floor of the model on its rows
 
     @property
     def meets_before(self) -> bool:
@@ -51,27 +53,28 @@ class AppAccuracy:
         return self.mape_after_pct <= GOAL_AFTER
 
 
-def _measured(app: PolluxApp, digits: str) -> tuple[list, list]:
+def _split(app: PolluxApp, digits: str) -> tuple[list[PolluxRow], list[PolluxRow]]:
+    """(rows of the measured placement, every other multi-GPU row)."""
     shape = tuple(int(c) for c in digits)
-    hit = [r for r in app.multi_gpu if r.source == "placements" and r.gpus_per_node == shape]
-    if not hit:
+    is_measured = lambda r: r.source == "placements" and r.gpus_per_node == shape  # noqa: E731
+    measured = [r for r in app.multi_gpu if is_measured(r)]
+    if not measured:
         raise SystemExit(f"{app.name}: placement {digits} was not measured")
-    rest = [r for r in app.multi_gpu if not (r.source == "placements" and r.gpus_per_node == shape)]
-    return hit, rest
+    return measured, [r for r in app.multi_gpu if not is_measured(r)]
 
 
-def corrected_mape(app: PolluxApp, model: ThroughputModel, digits: str) -> tuple[float, float, float]:
-    """(MAPE before, MAPE after, factor) when ``digits`` is the one measured placement."""
+def accuracy(app: PolluxApp, model: ThroughputModel, digits: str) -> tuple[int, float, float, float]:
+    """(rows evaluated, MAPE before, MAPE after, factor) when ``digits`` is the measured placement."""
     profile = pollux_profile(app)
-    measured, rest = _measured(app, digits)
+    measured, rest = _split(app, digits)
     correction = OnlineCorrection()
     sample = RowArrays.of(measured)
     for pred, meas in zip(sample.predict(model, profile), sample.step_time):
         correction.observe(1.0 / pred, 1.0 / meas)
     rows = RowArrays.of(rest)
     pred = rows.predict(model, profile)
-    return (throughput_mape(pred, rows.step_time), throughput_mape(pred / correction.factor, rows.step_time),
-            correction.factor)
+    return (len(rest), throughput_mape(pred, rows.step_time),
+            throughput_mape(pred / correction.factor, rows.step_time), correction.factor)
 
 
 def evaluate(calibrate_on: str = "cifar10", measured: str = "2222") -> tuple[Calibration, list[AppAccuracy]]:
@@ -80,11 +83,11 @@ def evaluate(calibrate_on: str = "cifar10", measured: str = "2222") -> tuple[Cal
     out = []
     for name in POLLUX_APPS:
         app = load_pollux_app(name)
-        before, after, factor = corrected_mape(app, model, measured)
-        by_placement = {d: round(corrected_mape(app, model, d)[1], 1) for d in SENSITIVITY}
-        out.append(AppAccuracy(name, app.model.architecture, name != calibrate_on, len(app.multi_gpu) - sum(
-            1 for r in app.multi_gpu if r.source == "placements" and r.gpus_per_node == tuple(map(int, measured)))
-            , round(before, 1), round(after, 1), round(factor, 3), by_placement))
+        rows, before, after, factor = accuracy(app, model, measured)
+        by_placement = {d: round(accuracy(app, model, d)[2], 1) for d in SENSITIVITY}
+        floor = calibration.mape if name == calibrate_on else calibrate_links(app).mape
+        out.append(AppAccuracy(name, app.model.architecture, name != calibrate_on, rows, round(before, 1),
+                               round(after, 1), round(factor, 3), by_placement, round(floor, 1)))
     return calibration, out
 
 
@@ -115,13 +118,15 @@ def markdown(calibration: Calibration, apps: list[AppAccuracy], measured: str) -
         f"{calibration.mape:.1f}%); other apps from their one-GPU rows only; corrected online with the "
         f"rows of placement {measured}.",
         "",
-        f"| app | model | rows | MAPE before | MAPE after (measured {measured}) | goals (≤{GOAL_BEFORE:g}% / ≤{GOAL_AFTER:g}%) |",
-        "|---|---|---:|---:|---:|---|",
+        f"| app | model | rows | MAPE before | MAPE after (measured {measured}) | self-fit floor "
+        f"| goals (≤{GOAL_BEFORE:g}% / ≤{GOAL_AFTER:g}%) |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for a in apps:
         name = a.app if a.held_out else f"{a.app} (calibration)"
         goals = f"{'yes' if a.meets_before else 'no'} / {'yes' if a.meets_after else 'no'}"
-        lines.append(f"| {name} | {a.model} | {a.rows} | {a.mape_before_pct:.1f}% | {a.mape_after_pct:.1f}% | {goals} |")
+        lines.append(f"| {name} | {a.model} | {a.rows} | {a.mape_before_pct:.1f}% | {a.mape_after_pct:.1f}% | "
+                     f"{a.self_fit_mape_pct:.1f}% | {goals} |")
     return "\n".join(lines)
 
 

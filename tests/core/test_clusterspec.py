@@ -36,6 +36,7 @@ def write(tmp_path: Path, text: str, name: str = "mixed.yaml") -> Path:
     ("homogeneous-64", 64, 8, {"V100": 64}),
     ("mixed", 96, 12, {"V100": 32, "P100": 32, "K80": 32}),
     ("philly-512", 512, 64, {"V100": 512}),
+    ("pollux-t4", 64, 16, {"T4": 64}),
 ])
 def test_bundled_examples_load(name, gpus, nodes, types):
     c = load_cluster(EXAMPLES / f"{name}.yaml")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
 import numpy as np
-from scipy.optimize import curve_fit
+from scipy.optimize import curve_fit, nnls
 
 from coddl.core.cluster import Cluster, GpuType, LinkSpec
 
@@ -56,9 +56,8 @@ class ComputeModel:
             raise ValueError("a compute model needs at least one one-GPU measurement")
         if distinct == 1:
             return ComputeModel(float(t.mean()), 0.0)
-        w = 1.0 / t
-        (a, c), *_ = np.linalg.lstsq(np.c_[w, b * w], np.ones_like(t), rcond=None)
-        affine = ComputeModel(max(float(a), 0.0), max(float(c), 0.0))
+        (a, c), _ = nnls(np.c_[np.ones_like(b), b] / t[:, None], np.ones_like(t))
+        affine = ComputeModel(float(a), float(c))
         if distinct == 2:
             return affine
         (a, c, g), _ = curve_fit(lambda x, a, c, g: a + c * x**g, b, t, sigma=t, maxfev=20000,
@@ -170,7 +169,10 @@ def allreduce_seconds(nbytes: float, num_gpus: np.ndarray, num_nodes: np.ndarray
     any ring that leaves a node runs at the inter-node bandwidth. Hierarchical (2-D): reduce-scatter
     and all-gather inside each node over 2(g−1) steps, and between them every GPU all-reduces its
     1/g shard across the n nodes; the g shards share the node's NIC, so that phase moves
-    2(n−1)/n · bytes through it.
+    2(n−1)/n · bytes through it. g is the fullest node's count, and n the node count. Because spreading
+    shrinks the intra-node phase, the 2-D form can favour spread placements unless the intra-node
+    links are much better than the inter-node ones; the ring never does (given intra ≥ inter).
+    Switches are not modelled: all inter-node traffic sees one bandwidth and latency.
     """
     k = np.asarray(num_gpus, dtype=float)
     n = np.asarray(num_nodes, dtype=float)
@@ -206,7 +208,9 @@ class ThroughputModel:
 
     ``balance``: a job whose GPUs differ in speed either gives every GPU the same local batch (all
     wait for the slowest) or, CoDDL's dynamic load balancing, splits the global batch in proportion
-    to speed.
+    to speed. ``overlap`` defaults to γ as calibrated on Pollux's measurements (1.68), ``bucket_mb``
+    to PyTorch DDP's bucket size. The cache is unbounded: it holds one entry per (profile, placement
+    shape) and per curve asked for, which a simulation keeps small.
     """
 
     links: LinkSpec = field(default_factory=LinkSpec)

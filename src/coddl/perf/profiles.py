@@ -24,8 +24,9 @@ class PolluxModel:
     """Which network a Pollux app trains and how many parameters it all-reduces.
 
     Parameter counts are published model sizes (what a one-GPU inspection reads off the model):
-    BERT-base 110M (fine-tuned on SQuAD), ResNet-18 for CIFAR-10 11.2M, DeepSpeech2 ~38M (the
-    deepspeech.pytorch layout with 5 recurrent layers of 800 units; approximate), ResNet-50 25.6M,
+    BERT-base 110M (fine-tuned on SQuAD), ResNet-18 for CIFAR-10 11.2M, DeepSpeech2 38M (approximate:
+    the profile does not record its configuration; deepspeech.pytorch's two convolutions and five
+    bidirectional GRU layers of 800 units come to 38–41M), ResNet-50 25.6M,
     NeuMF on MovieLens-1M with 32 factors and 3 MLP layers 1.6M (6,040 users + 3,706 items × 160
     embedding columns + 43k MLP weights), YOLOv3 61.9M. Gradients are fp32 (4 bytes each).
     """
