@@ -10,11 +10,6 @@ import pytest
 from coddl.traces import TraceError, list_bundled, load_trace
 
 
-@pytest.fixture(scope="module")
-def philly():
-    return load_trace("philly")
-
-
 def test_philly_counts_and_gpu_histogram(philly):
     assert len(philly.jobs) == 82_247
     assert Counter(j.num_gpus for j in philly.jobs) == {
@@ -35,16 +30,22 @@ def test_philly_unsorted_rows_are_sorted_stably_from_zero(philly):
     assert philly.jobs[0].job_id == "philly-31568" and philly.meta["arrival_origin"] == 1504521041.0
 
 
-def test_philly_vc_selection_is_relative_to_its_first_job():
+def test_philly_vc_selection_is_relative_to_its_first_job(philly):
     vc = load_trace("philly", vc="6c71a0")
     assert len(vc.jobs) == 9_953 and {j.group for j in vc.jobs} == {"6c71a0"}
     assert vc.jobs[0].arrival == 0.0 and vc.name == "philly:6c71a0"
-    assert len(load_trace("philly", vc="6214e9").jobs) == 41_226
+    first = next(j for j in philly.jobs if j.group == "6c71a0")
+    assert vc.meta["arrival_origin"] == philly.meta["arrival_origin"] + first.arrival
+    assert Counter(j.group for j in philly.jobs)["6214e9"] == 41_226
 
 
 def test_philly_loads_in_well_under_a_second():
     """CPU time, best of three, so that other processes on a busy machine do not count."""
-    best = min(_cpu_seconds(lambda: load_trace("philly")) for _ in range(3))
+    best = float("inf")
+    for _ in range(3):
+        best = min(best, _cpu_seconds(lambda: load_trace("philly")))
+        if best < 1.0:
+            break
     assert best < 1.0, f"loading the Philly digest took {best:.2f} s of CPU"
 
 
@@ -93,11 +94,11 @@ def test_gavel_msr_traces():
     assert (j.model, j.batch_size, j.iterations, j.num_gpus) == ("ResNet-18 (batch size 32)", 32, 60779782.0, 1)
 
 
-def test_limit_keeps_the_first_jobs_by_arrival(philly):
-    head = load_trace("philly", limit=100)
-    assert [j.job_id for j in head.jobs] == [j.job_id for j in philly.jobs[:100]]
+def test_limit_keeps_the_first_jobs_by_arrival():
+    whole, head = load_trace("itp", vc="cluster02"), load_trace("itp", vc="cluster02", limit=100)
+    assert head.jobs == whole.jobs[:100]
     with pytest.raises(TraceError, match="limit: expected a positive integer, got 0"):
-        load_trace("philly", limit=0)
+        load_trace("itp-1", limit=0)
 
 
 def test_list_bundled_names():

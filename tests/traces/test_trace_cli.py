@@ -33,7 +33,7 @@ def test_convert_then_info(tmp_path):
 def test_export_writes_a_replayable_workload(tmp_path):
     pytest.importorskip("coddl.sim.workload")
     out = tmp_path / "w.csv"
-    r = _run("export", "--trace", "philly", "--vc", "6c71a0", "--jobs", "50", "--seed", "1", str(out))
+    r = _run("export", "--trace", "itp", "--vc", "cluster03", "--jobs", "50", "--seed", "1", str(out))
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
     assert lines[0] == "job_id,arrival,num_gpus,duration,iterations,model,min_gpus,max_gpus,user"
@@ -50,7 +50,7 @@ def test_export_writes_a_replayable_workload(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["info", "BAD"], "error: bad.csv:3: num_gpus: expected a positive integer, got 'x'"),
     (["info", "nope-trace"], "error: nope-trace: no such file, and not a bundled trace (bundled: philly,"),
-    (["info", "philly", "--vc", "zzz"], "error: philly: vc: unknown virtual cluster 'zzz'"),
+    (["info", "itp", "--vc", "zzz"], "error: itp: vc: unknown virtual cluster 'zzz'; known (jobs): cluster04 (15802)"),
     (["convert", "pollux-1", "OUT"], "error: cifar10-0: duration: the native format needs"),
 ])
 def test_user_mistakes_exit_2_with_one_line(tmp_path, args, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def _jobs(draw) -> list[TraceJob]:
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".csv.gz", ".parquet"])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(jobs=_jobs())
 def test_write_then_read_gives_the_same_jobs(suffix, jobs):
     with tempfile.TemporaryDirectory() as d:
@@ -52,13 +53,16 @@ def test_write_then_read_gives_the_same_jobs(suffix, jobs):
         assert load_trace(str(path)).jobs == jobs
 
 
-def test_convert_philly_round_trip(tmp_path):
-    philly = load_trace("philly", vc="6c71a0")
-    for name in ("vc.csv", "vc.parquet"):
-        write_native(philly.jobs, tmp_path / name)
+def test_convert_itp_round_trip(tmp_path):
+    itp = load_trace("itp", limit=3000)
+    for name in ("itp.csv", "itp.parquet"):
+        write_native(itp.jobs, tmp_path / name)
         back = load_trace(str(tmp_path / name))
-        assert back.jobs == philly.jobs and back.meta["format"] == "native"
-        assert load_trace(str(tmp_path / name), vc="6c71a0").jobs == philly.jobs
+        assert back.jobs == itp.jobs and back.meta["format"] == "native"
+        cluster = [j for j in itp.jobs if j.group == "cluster04"]
+        shift = cluster[0].arrival
+        assert load_trace(str(tmp_path / name), vc="cluster04").jobs == [
+            dataclasses.replace(j, arrival=j.arrival - shift) for j in cluster]
 
 
 def test_native_is_sorted_and_shifted_like_every_trace(tmp_path):
@@ -91,7 +95,7 @@ def test_exported_workload_replays_exactly(tmp_path):
     from coddl.perf.curves import load_coddl_curves
 
     curves = load_coddl_curves()
-    trace = load_trace("philly", vc="6c71a0", limit=2000)
+    trace = load_trace("itp-4", limit=2000)
     specs = workload.build_workload(trace, curves, seed=3)
     for name in ("w.csv", "w.parquet"):
         write_specs(specs, tmp_path / name)

@@ -49,8 +49,8 @@ def test_bad_arguments(kwargs, message):
         poisson_trace(**args)
 
 
-def test_philly_stats_match_data_md():
-    s = trace_stats(load_trace("philly"), cluster_gpus=374)
+def test_philly_stats_match_data_md(philly):
+    s = trace_stats(philly, cluster_gpus=374)
     assert s.jobs == 82_247 and s.jobs_with_duration == 82_247
     assert s.duration_percentiles[50] == 1144.0
     assert round(s.mean_duration) == 13_136

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coddl.core.job import JobSpec
-from coddl.traces._table import Parsed, Table, fail, positive_float, positive_int, text
+from coddl.traces._table import Parsed, Table, fail
 from coddl.traces.model import TraceError, TraceJob
 
 REQUIRED = ("job_id", "arrival", "num_gpus")
@@ -26,12 +26,12 @@ COLUMNS = ("job_id", "arrival", "num_gpus", "duration", "iterations", "model", "
            "max_gpus", "cpus", "user", "batch_size", "group")
 _INT = {"num_gpus", "min_gpus", "max_gpus", "cpus", "batch_size"}
 _FLOAT = {"arrival", "duration", "iterations"}
-_CELL = {c: positive_int if c in _INT else positive_float if c in _FLOAT else text for c in COLUMNS[3:]}
+_KIND = {c: "int" if c in _INT else "float" if c in _FLOAT else "text" for c in COLUMNS[3:]}
 
 
 def parse(table: Table) -> Parsed:
     job_id, arrival, gpus = (table.column(c) for c in REQUIRED)
-    fields = {name: col.optional(_CELL[name])
+    fields = {name: col.optional(_KIND[name])
               for name in COLUMNS[3:] if (col := table.optional(name)) is not None}
     if "duration" not in fields and "iterations" not in fields:
         table.column("duration")  # names the missing column and the header found

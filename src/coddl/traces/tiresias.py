@@ -7,7 +7,7 @@ is implied by ``submit_time``.
 
 from __future__ import annotations
 
-from coddl.traces._table import Parsed, Table, positive_float, text
+from coddl.traces._table import Parsed, Table
 
 COLUMNS = ("job_id", "num_gpu", "submit_time", "duration")
 
@@ -16,7 +16,7 @@ def parse(table: Table) -> Parsed:
     job_id, gpus, submitted, duration = (table.column(c) for c in COLUMNS)
     fields = {"duration": duration.positive_floats()}
     if (iterations := table.optional("iterations")) is not None:
-        fields["iterations"] = iterations.optional(positive_float)
+        fields["iterations"] = iterations.optional("float")
     if (model := table.optional("model_name")) is not None:
-        fields["model"] = model.optional(text)
+        fields["model"] = model.optional("text")
     return Parsed(job_id.unique_texts(), submitted.nonneg_floats(), gpus.positive_ints(), fields)
