@@ -73,14 +73,16 @@ def test_native_is_sorted_and_shifted_like_every_trace(tmp_path):
 
 
 def test_parquet_errors_name_the_row(tmp_path):
-    bad = [TraceJob("a", 0.0, 1, duration=5.0), TraceJob("b", 1.0, 1, duration=5.0)]
-    write_native(bad, tmp_path / "t.parquet")
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(tmp_path / "t.parquet")
-    pq.write_table(table.set_column(2, "num_gpus", __import__("pyarrow").array([1, -4])), tmp_path / "t.parquet")
+    pq.write_table(pa.table({"job_id": ["a", "b"], "arrival": [0.0, 1.0], "num_gpus": [1, -4],
+                             "duration": [5.0, 5.0]}), tmp_path / "t.parquet")
     with pytest.raises(TraceError, match=r"^t\.parquet:2: num_gpus: expected a positive integer, got '-4'$"):
         load_trace(str(tmp_path / "t.parquet"))
+    pq.write_table(pa.table({"job_id": ["a"], "arrival": [0.0]}), tmp_path / "m.parquet")
+    with pytest.raises(TraceError, match=r"^m\.parquet: num_gpus: missing column; the header is job_id,arrival$"):
+        load_trace(str(tmp_path / "m.parquet"))
 
 
 def test_jobs_without_duration_or_iterations_cannot_be_written(tmp_path):
@@ -102,3 +104,17 @@ def test_exported_workload_replays_exactly(tmp_path):
         again = workload.build_workload(load_trace(str(tmp_path / name)), curves, seed=99)
         assert again == specs
 
+
+
+def test_parquet_with_integer_ids_and_float_counts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"job_id": [7, 8], "arrival": [0, 5], "num_gpus": [2.0, 4.0],
+                             "duration": [10, None], "iterations": [None, 3.5]}), tmp_path / "t.parquet")
+    t = load_trace(str(tmp_path / "t.parquet"))
+    assert t.jobs == [TraceJob("7", 0.0, 2, duration=10.0), TraceJob("8", 5.0, 4, iterations=3.5)]
+    pq.write_table(pa.table({"job_id": ["a"], "arrival": [0.0], "num_gpus": [2.5], "duration": [1.0]}),
+                   tmp_path / "u.parquet")
+    with pytest.raises(TraceError, match=r"^u\.parquet:1: num_gpus: expected a positive integer, got '2\.5'$"):
+        load_trace(str(tmp_path / "u.parquet"))

@@ -203,7 +203,8 @@ class Column:
         return self._vector(np.float64, "iufUS", lambda a: np.isfinite(a) & (a >= 0), nonneg_float)
 
     def texts(self) -> list[str]:
-        out = [v.strip() if isinstance(v, str) else v for v in self.values]
+        """Non-empty names, stripped; typed (Parquet) values such as integer ids become strings."""
+        out = [v.strip() if isinstance(v, str) else v if v is None else str(v) for v in self.values]
         if "" in out or None in out:
             self._each(text)
         return out
