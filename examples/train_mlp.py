@@ -50,7 +50,7 @@ def main() -> None:
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
             s.step(loss)
-            if s.rank == 0 and s.steps_done % 50 == 0:
+            if s.rank == 0 and (s.steps_done == 1 or s.steps_done % 50 == 0):
                 print(f"step {s.steps_done} world {s.world_size} loss {loss.item():.4f}", flush=True)
 
 

@@ -358,7 +358,10 @@ class Session:
             self._checkpoint()
 
     def _report(self) -> None:
+        """Publish the window (if it has steps: an empty one would only overwrite the last rates)."""
         w = self._window
+        if w.steps == 0:
+            return
         elapsed = max(time.perf_counter() - w.start, 1e-9)
         progress = Progress(
             generation=self.generation,

@@ -126,17 +126,17 @@ def broadcast(payload: dict[str, Any] | None, src: int, device: torch.device,
               wait: Callable[[dist.Work], None]) -> dict[str, Any]:
     """Rank ``src``'s payload on every rank of the default group: a small object broadcast carries
     the skeleton and the buffer size, then one tensor broadcast carries all tensor bytes."""
-    if dist.get_rank() == src:
+    is_src = dist.get_rank() == src
+    if is_src:
         skeleton, flat = pack(payload, device)
         header: list[Any] = [skeleton, flat.numel()]
     else:
         header = [None, None]
     dist.broadcast_object_list(header, src=src, device=device)
-    if dist.get_rank() == src:
-        return payload
-    flat = torch.empty(header[1], dtype=torch.uint8, device=device)
+    if not is_src:
+        flat = torch.empty(header[1], dtype=torch.uint8, device=device)
     wait(dist.broadcast(flat, src=src, async_op=True))
-    return unpack(header[0], flat)
+    return payload if is_src else unpack(header[0], flat)
 
 
 def state_hash(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:

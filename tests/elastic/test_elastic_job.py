@@ -1,0 +1,142 @@
+"""End to end: real worker processes from the warm pool, real gloo, a real TCPStore.
+
+The workers run ``elastic_trainer.py``, which logs every applied step's samples; the checks read
+those logs from the outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from coddl.elastic.data import Position, SampleOrder
+from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
+from coddl.elastic.pool import WorkerPool
+
+pytestmark = pytest.mark.slow
+
+TRAINER = str(Path(__file__).with_name("elastic_trainer.py"))
+SAMPLES = 480
+GLOBAL_BATCH = 48
+
+
+@pytest.fixture(scope="module")
+def pool() -> WorkerPool:
+    pool = WorkerPool()
+    pool.warm()
+    return pool
+
+
+def config(job_dir: Path, steps: int, **overrides) -> JobConfig:
+    env = {"STEPS": str(steps), "GLOBAL_BATCH": str(GLOBAL_BATCH), "SAMPLES": str(SAMPLES), "STEP_SLEEP": "0.01"}
+    defaults = dict(job_id=job_dir.name, entry=TRAINER, job_dir=job_dir, env=env, report_s=0.02, verify=True,
+                    pg_timeout_s=20.0, checkpoint_s=0.0, start_timeout_s=60.0)
+    return JobConfig(**{**defaults, **overrides})
+
+
+def wait_for_step(job: ElasticJob, step: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (p := job.poll().progress) is None or p.step < step:
+        assert time.monotonic() < deadline, f"job did not reach step {step}: {job.poll()}"
+        time.sleep(0.01)
+
+
+def assert_replicas_identical(job: ElasticJob, generation: int, world: int) -> None:
+    """Every rank of ``generation`` reported the same hash of its model and optimizer state."""
+    hashes = job.coordinator.state_hashes(generation, world)
+    assert len(set(hashes)) == 1, hashes
+
+
+def step_logs(job_dir: Path) -> dict[int, list[list[tuple[int, int]]]]:
+    """step → one list of (epoch, index) per rank that applied it."""
+    steps: dict[int, list[list[tuple[int, int]]]] = defaultdict(list)
+    for path in job_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            assert rec["global_batch"] == GLOBAL_BATCH
+            steps[rec["step"]].append([tuple(s) for s in rec["samples"]])
+    return steps
+
+
+def test_grow_and_shrink_in_place_lose_and_repeat_no_sample(tmp_path: Path, pool: WorkerPool) -> None:
+    steps = 100
+    with ElasticJob(config(tmp_path / "resize", steps), pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 15)
+        assert job.resize([0, 1, 2]) < 10
+        assert job.poll().slots == (0, 1, 2)
+        assert_replicas_identical(job, generation=2, world=3)
+        wait_for_step(job, 40)
+        assert job.resize([0]) < 10
+        assert job.poll().slots == (0,)
+        assert_replicas_identical(job, generation=3, world=1)
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.failures == 0
+    assert report.progress.step == steps
+
+    logs = step_logs(tmp_path / "resize")
+    assert sorted(logs) == list(range(1, steps + 1))
+    assert {len(ranks) for ranks in logs.values()} == {1, 2, 3}, "the job never ran at some size"
+    order = SampleOrder(SAMPLES, seed=0)
+    for step, ranks in logs.items():
+        trained = [s for rank_samples in ranks for s in rank_samples]
+        # The global batch stays 48 whatever the world size, and it is exactly the next 48 samples of
+        # the seeded per-epoch permutations: nothing lost, nothing repeated.
+        expected = order.take(Position().advanced((step - 1) * GLOBAL_BATCH, SAMPLES), GLOBAL_BATCH)
+        assert sorted(trained) == sorted(zip(expected.epochs, expected.indices)), f"step {step}"
+    per_epoch: dict[int, list[int]] = defaultdict(list)
+    for ranks in logs.values():
+        for rank_samples in ranks:
+            for epoch, index in rank_samples:
+                per_epoch[epoch].append(index)
+    for epoch in range(steps * GLOBAL_BATCH // SAMPLES):
+        assert sorted(per_epoch[epoch]) == list(range(SAMPLES)), f"epoch {epoch}"
+
+
+def test_killed_worker_leaves_survivors_training(tmp_path: Path, pool: WorkerPool) -> None:
+    with ElasticJob(config(tmp_path / "kill-one", 120), pool) as job:
+        job.start([0, 1, 2])
+        wait_for_step(job, 20)
+        os.kill(job.worker_pids()[1], signal.SIGKILL)
+        report = job.wait(60)
+        assert report.phase is JobPhase.FINISHED
+        assert (report.failures, report.restarts) == (1, 0)
+        assert report.slots == () and report.progress.step == 120
+        assert job.coordinator.membership.generation == 2  # start, then the survivors' membership
+        assert_replicas_identical(job, generation=2, world=2)
+
+
+def test_all_workers_killed_restart_from_checkpoint(tmp_path: Path, pool: WorkerPool) -> None:
+    job_dir = tmp_path / "kill-all"
+    with ElasticJob(config(job_dir, 120, checkpoint_s=0.1), pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 30)
+        first = set(job_dir.glob("start-*.json"))
+        for pid in job.worker_pids().values():
+            os.kill(pid, signal.SIGKILL)
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.restarts == 1
+    assert report.progress.step == 120
+    resumed = [json.loads(p.read_text())["step"] for p in set(job_dir.glob("start-*.json")) - first]
+    assert len(resumed) == 2 and min(resumed) >= 20, resumed  # from the checkpoint, not from step 0
+
+
+def test_stop_then_start_resumes(tmp_path: Path, pool: WorkerPool) -> None:
+    job_dir = tmp_path / "suspend"
+    with ElasticJob(config(job_dir, 80), pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 20)
+        job.stop()
+        stopped_at = job.poll().progress.step
+        assert job.poll().phase is JobPhase.STOPPED and (job_dir / "checkpoint.pt").exists()
+        job.start([3])
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.progress.step == 80
+    resumed = sorted(json.loads(p.read_text())["step"] for p in job_dir.glob("start-*.json"))
+    assert resumed == [0, 0, stopped_at]
