@@ -83,10 +83,11 @@ def export(
     file back replays exactly the same jobs (model and iterations are given)."""
     # The workload builder pulls in the simulator; info and convert do not need it.
     from coddl.perf.curves import load_coddl_curves
-    from coddl.sim.workload import build_workload
+    from coddl.sim.workload import build_workload, curves_for
 
     with _user_errors():
-        specs = build_workload(load_trace(trace, vc=vc, limit=jobs), load_coddl_curves(), seed=seed)
+        tr = load_trace(trace, vc=vc, limit=jobs)
+        specs = build_workload(tr, curves_for(tr, load_coddl_curves()), seed=seed)
         if policy_kind is PolicyKind.rigid:
             specs = [dataclasses.replace(s, min_gpus=s.requested_gpus, max_gpus=s.requested_gpus)
                      for s in specs]

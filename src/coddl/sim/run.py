@@ -13,7 +13,7 @@ from coddl.scheduler import Scheduler
 from coddl.sim.config import ConfigError, SimConfig
 from coddl.sim.engine import SimResult, simulate
 from coddl.sim.reconfig import RECONFIG_MODELS, ReconfigCost
-from coddl.sim.workload import build_workload
+from coddl.sim.workload import build_workload, curves_for
 from coddl.traces import load_trace
 
 
@@ -37,8 +37,8 @@ def build_cluster(cfg: SimConfig) -> Cluster:
 def prepare(cfg: SimConfig) -> Prepared:
     if cfg.reconfig not in RECONFIG_MODELS:
         raise ConfigError(f"reconfig: unknown model {cfg.reconfig!r}; valid: {', '.join(RECONFIG_MODELS)}")
-    curves = load_coddl_curves(cfg.curves)
     trace = load_trace(cfg.trace, vc=cfg.vc, limit=cfg.jobs)
+    curves = curves_for(trace, load_coddl_curves(cfg.curves))
     specs = build_workload(trace, curves, seed=cfg.seed)
     return Prepared(build_cluster(cfg), curves, specs)
 
