@@ -8,6 +8,7 @@ from typing import Iterator
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 err_console = Console(stderr=True, highlight=False)
 
@@ -28,7 +29,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
 
 def fail(message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -17,13 +15,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from coddl.traces import TraceError, load_trace, trace_stats, write_native, write_specs
+from coddl.cli.errors import user_errors
+from coddl.traces import load_trace, trace_stats, write_native, write_specs
 from coddl.traces.stats import TraceStats
 
 app = typer.Typer(help="Inspect, convert and export job traces (bundled names or files).",
                   no_args_is_help=True)
 _out = Console()
-_err = Console(stderr=True)
 
 TRACE_HELP = "A bundled trace (philly, itp, itp-3, pollux-1, tiresias-60, gavel-philly-6c71a0, …) or a file."
 VC_HELP = "Keep one virtual cluster (e.g. 6c71a0 for philly, cluster03 for itp)."
@@ -37,15 +35,6 @@ class PolicyKind(str, enum.Enum):
     rigid = "rigid"
 
 
-@contextmanager
-def _user_errors() -> Iterator[None]:
-    try:
-        yield
-    except TraceError as e:
-        _err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
 @app.command()
 def info(
     trace: str = typer.Argument(..., help=TRACE_HELP),
@@ -53,7 +42,7 @@ def info(
     gpus: int = typer.Option(64, "--gpus", min=1, help="Cluster size the offered load is computed for."),
 ) -> None:
     """Jobs, span, GPU demand, durations and the offered load on a cluster of --gpus GPUs."""
-    with _user_errors():
+    with user_errors():
         t = load_trace(trace, vc=vc)
         _out.print(_summary(trace_stats(t, gpus), t.meta.get("format", "")))
 
@@ -65,7 +54,7 @@ def convert(
     vc: Optional[str] = typer.Option(None, "--vc", help=VC_HELP),
 ) -> None:
     """Convert any readable trace to the native format (CSV or Parquet, by OUT's extension)."""
-    with _user_errors():
+    with user_errors():
         n = write_native(load_trace(src, vc=vc).jobs, out)
         _out.print(f"wrote {n:,} jobs to {out}", markup=False, highlight=False)
 
@@ -85,7 +74,7 @@ def export(
     from coddl.perf.curves import load_coddl_curves
     from coddl.sim.workload import build_workload, curves_for
 
-    with _user_errors():
+    with user_errors():
         tr = load_trace(trace, vc=vc, limit=jobs)
         specs = build_workload(tr, curves_for(tr, load_coddl_curves()), seed=seed)
         if policy_kind is PolicyKind.rigid:
