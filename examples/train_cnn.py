@@ -31,7 +31,7 @@ def synthetic(samples: int) -> torch.utils.data.TensorDataset:
     gen = torch.Generator().manual_seed(1234)
     labels = torch.randint(0, CLASSES, (samples,), generator=gen)
     patterns = torch.randn(CLASSES, 3, 32, 32, generator=gen)
-    images = patterns[labels] + 2.0 * torch.randn(samples, 3, 32, 32, generator=gen)
+    images = patterns[labels] + torch.randn(samples, 3, 32, 32, generator=gen)
     return torch.utils.data.TensorDataset(images, labels)
 
 
