@@ -98,7 +98,7 @@ def test_cores_follow_gpus_proportionally_and_are_never_shared():
     p = ConsolidatingPlacer(c)
     x = p.place({}, [Request("x", 2)])["x"]  # default: 4 cores per GPU on these nodes
     assert len(x.cores) == 8 and {int(c.node_of_core[k]) for k in x.cores} == {int(c.node_of_gpu[x.gpus[0]])}
-    y = p.place({}, [Request("y", 6, cpus=12)])["y"]  # 12 cores split by GPUs per node
+    y = p.place({"x": x.gpus}, [Request("y", 6, cpus=12)], {"x": x.cores})["y"]  # 12 split by GPUs per node
     per_node = {n: sum(1 for k in y.cores if c.node_of_core[k] == n) for n in (0, 1)}
     gpn = {n: sum(1 for g in y.gpus if c.node_of_gpu[g] == n) for n in (0, 1)}
     assert sum(per_node.values()) == 12
@@ -115,3 +115,16 @@ def test_a_core_only_change_keeps_the_cores_it_can():
     fewer = p.place({"a": more.gpus}, [Request("a", 2, cpus=2)], {"a": more.cores})["a"]
     assert set(fewer.cores) < set(more.cores) and len(fewer.cores) == 2
     assert int((~p.core.free).sum()) == 2
+
+
+def test_proportional_cores_are_the_gpus_core_blocks():
+    """Without explicit CPU requests, local GPU i of a node owns cores [i·c, (i+1)·c)."""
+    c = Cluster.for_gpus(16, 8)  # 32 cores per node → 4 per GPU
+    p = ConsolidatingPlacer(c)
+    a = p.place({}, [Request("a", 3)])["a"]
+    b = p.place({"a": a.gpus}, [Request("b", 2)], {"a": a.cores})["b"]
+    for pl in (a, b):
+        expect = sorted(int(c.node_first_core[c.node_of_gpu[g]]) + 4 * (g - int(c.node_first_gpu[c.node_of_gpu[g]])) + i
+                        for g in pl.gpus for i in range(4))
+        assert list(pl.cores) == expect
+    assert not set(a.cores) & set(b.cores)

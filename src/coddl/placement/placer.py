@@ -84,6 +84,7 @@ class ConsolidatingPlacer:
         self.core = _Pool(cluster.node_of_core, cluster.node_first_core, [n.cpus for n in cluster.nodes])
         self._type = cluster.node_type_index
         self._nodes = len(cluster.nodes)
+        self._explicit_cores = False  # False: every job holds its GPUs' proportional core blocks
 
     # views used by the scheduler, the engine's invariant checks and tests
     @property
@@ -97,11 +98,13 @@ class ConsolidatingPlacer:
     def claim(self, gpus: Gpus, cores: Cores = ()) -> None:
         """Mark resources as used (recovering a persisted allocation)."""
         self.gpu.claim(gpus)
-        self.core.claim(cores)
+        if self._explicit_cores:
+            self.core.claim(cores)
 
     def release(self, gpus: Gpus, cores: Cores = ()) -> None:
         self.gpu.release(gpus)
-        self.core.release(cores)
+        if self._explicit_cores:
+            self.core.release(cores)
 
     def free_by_type(self) -> np.ndarray:
         out = np.zeros(len(self.cluster.type_names), dtype=np.int64)
@@ -155,6 +158,20 @@ class ConsolidatingPlacer:
         return tuple(sorted(got))
 
     # ------------------------------------------------------------------ cores
+    def _block_cores(self, gpus: Gpus) -> Cores:
+        """GPU-proportional cores without bookkeeping: local GPU i of a node owns that node's cores
+        [i·c, (i+1)·c), c = cores per GPU. Disjoint by construction, so while every job gets the
+        proportional share (every policy but the CPU-aware ones) nothing has to be tracked."""
+        if not gpus:
+            return ()
+        g = np.asarray(gpus, dtype=np.int64)
+        node = self.gpu.node_of[g]
+        cpg = self.cluster.cores_per_gpu[node]
+        base = self.core.first[node] + (g - self.gpu.first[node]) * cpg
+        width = int(cpg.max())
+        block = base[:, None] + np.arange(width)
+        return tuple(block[np.arange(width) < cpg[:, None]].tolist())
+
     def _core_targets(self, gpus: Gpus, cpus: int | None) -> dict[int, int]:
         if not gpus:
             return {}
@@ -174,10 +191,15 @@ class ConsolidatingPlacer:
         """New GPUs and cores for each requested job (only those); ``current``/``current_cores``
         give what they hold now. Jobs whose type changes are moved whole."""
         cur_cores = current_cores or {}
+        if not self._explicit_cores and any(r.cpus is not None for r in requests):
+            self._explicit_cores = True  # from now on cores are handed out from the pool
+            for held in cur_cores.values():
+                self.core.claim(held)
         gpus: dict[JobId, Gpus] = {}
         grows: list[tuple[Request, Gpus]] = []
         for req in requests:
-            self.core.release(cur_cores.get(req.job_id, ()))  # re-assigned below, old ones first
+            if self._explicit_cores:
+                self.core.release(cur_cores.get(req.job_id, ()))  # re-assigned below, old ones first
             old = current.get(req.job_id, ())
             if old and req.gpu_type >= 0 and int(self._type[self.gpu.node_of[old[0]]]) != req.gpu_type:
                 self.gpu.release(old)
@@ -193,6 +215,8 @@ class ConsolidatingPlacer:
         for req, old in grows:
             per_gpu = -(-req.cpus // req.gpus) if req.cpus else 0
             gpus[req.job_id] = self._grow(old, req.gpus, req.gpu_type, per_gpu)
+        if not self._explicit_cores:
+            return {j: Placed(g, self._block_cores(g)) for j, g in gpus.items()}
         # cores: every job first takes back the cores it had on its nodes, then fills up
         targets = {r.job_id: self._core_targets(gpus[r.job_id], r.cpus) for r in requests}
         cores: dict[JobId, list[int]] = {j: [] for j in targets}
@@ -206,10 +230,10 @@ class ConsolidatingPlacer:
                         self.core.claim(tuple(mine))
                         cores[j] += mine
         for j, tgt in targets.items():
+            have = np.bincount(self.core.node_of[np.asarray(cores[j], dtype=np.int64)], minlength=self._nodes)
             for node, want in tgt.items():
-                have = sum(1 for c in cores[j] if self.core.node_of[c] == node)
-                if want > have:
-                    cores[j] += self.core.take(node, want - have)
+                if want > have[node]:
+                    cores[j] += self.core.take(node, want - int(have[node]))
         return {j: Placed(gpus[j], tuple(sorted(cores[j]))) for j in gpus}
 
     def fragmentation(self) -> float:
