@@ -85,6 +85,8 @@ class ConsolidatingPlacer:
         self._type = cluster.node_type_index
         self._nodes = len(cluster.nodes)
         self._explicit_cores = False  # False: every job holds its GPUs' proportional core blocks
+        self._lists = (cluster.node_of_gpu.tolist(), cluster.node_first_gpu.tolist(),
+                       cluster.node_first_core.tolist(), cluster.cores_per_gpu.tolist())
 
     # views used by the scheduler, the engine's invariant checks and tests
     @property
@@ -162,15 +164,13 @@ class ConsolidatingPlacer:
         """GPU-proportional cores without bookkeeping: local GPU i of a node owns that node's cores
         [i·c, (i+1)·c), c = cores per GPU. Disjoint by construction, so while every job gets the
         proportional share (every policy but the CPU-aware ones) nothing has to be tracked."""
-        if not gpus:
-            return ()
-        g = np.asarray(gpus, dtype=np.int64)
-        node = self.gpu.node_of[g]
-        cpg = self.cluster.cores_per_gpu[node]
-        base = self.core.first[node] + (g - self.gpu.first[node]) * cpg
-        width = int(cpg.max())
-        block = base[:, None] + np.arange(width)
-        return tuple(block[np.arange(width) < cpg[:, None]].tolist())
+        out: list[int] = []
+        node_of, gpu_first, core_first, cpg = self._lists
+        for g in gpus:  # plain Python: jobs hold a handful of GPUs, numpy would cost more
+            n = node_of[g]
+            base = core_first[n] + (g - gpu_first[n]) * cpg[n]
+            out.extend(range(base, base + cpg[n]))
+        return tuple(out)
 
     def _core_targets(self, gpus: Gpus, cpus: int | None) -> dict[int, int]:
         if not gpus:
