@@ -60,6 +60,23 @@ class CurveTable:
         pad = np.repeat(self.rate[:, -1:], kmax - self.kmax, axis=1)
         return CurveTable(list(self.names), np.hstack([self.rate, pad]), self.max_gpus.copy())
 
+    def add_model(self, name: str, points: dict[int, float]) -> int:
+        """Append one model's curve from {k: iterations/s} (interpolated as in ``from_points``) and
+        return its index. The real system uses it for models no profile covers. Add models before
+        building a Scheduler on this table: the scheduler sizes its per-model arrays once."""
+        if name in self.index:
+            raise ValueError(f"model {name!r} already has a curve")
+        kmax = max(self.kmax, max(points))
+        rate = self.rate if kmax == self.kmax else np.hstack(
+            [self.rate, np.repeat(self.rate[:, -1:], kmax - self.kmax, axis=1)])
+        ks = np.array(sorted(points))
+        row = np.interp(np.arange(kmax + 1), np.r_[0, ks], np.r_[0.0, [points[k] for k in ks]])
+        self.rate = np.vstack([rate, row])
+        self.max_gpus = np.r_[self.max_gpus, ks[-1]].astype(np.int64)
+        self.names.append(name)
+        self.index[name] = len(self.names) - 1
+        return self.index[name]
+
     @staticmethod
     def from_points(points: dict[str, dict[int, float]], kmax: int | None = None) -> "CurveTable":
         """Build from {model: {k: iterations/s}}; missing k between measured points are linearly

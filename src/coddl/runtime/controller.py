@@ -1,0 +1,222 @@
+"""The controller: the real world's driver of the same ``Scheduler`` the simulator drives.
+
+Events come from the store (submissions, cancel requests) and from the executor (progress,
+throughput, applied actions, exits, lost workers). The scheduler's clock is wall-clock seconds since
+the state was created (``Store.epoch``), so it survives restarts. The policy runs when something
+changed — an arrival, an exit, a cancel — when the policy asked to be woken, and at most once per
+period to fold in corrected throughput estimates. Every plan is persisted before the executor gets
+it; every state change is persisted before the scheduler forgets the job.
+
+Online correction: each progress report is one throughput sample. Measured ÷ predicted (the curve
+at the job's world size) feeds a per-job ``OnlineCorrection``; the factor reaches the scheduler
+(``set_speed``) at the next period, and only when it moved by more than ``speed_tolerance`` — a
+policy re-run on every noisy sample would resize jobs back and forth for nothing.
+
+Recovery: on start, the store hands back every unfinished job; they are submitted again with the
+work they have left, and the first plan restarts the ones that were running from their checkpoints.
+Finished, failed and cancelled jobs stay as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from coddl.core.job import JobId, JobStatus
+from coddl.perf.correction import OnlineCorrection
+from coddl.policies.base import ThroughputSample
+from coddl.runtime.executors.base import (
+    AppliedEvent,
+    Executor,
+    ExitEvent,
+    LaunchSpec,
+    ProgressEvent,
+    WorkerLostEvent,
+)
+from coddl.runtime.models import curve_for
+from coddl.runtime.spec import JobFile
+from coddl.runtime.store import JobView, ProgressUpdate, Store
+from coddl.scheduler import Scheduler
+
+log = logging.getLogger("coddl.controller")
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    period_s: float = 5.0  # the policy re-runs at most this often for corrected throughputs
+    min_tick_s: float = 0.2  # events closer together than this are handled in one tick
+    speed_tolerance: float = 0.10  # push a new speed factor only when it moved by more than this
+
+
+class Controller:
+    def __init__(self, store: Store, scheduler: Scheduler, executor: Executor, jobs_dir: Path,
+                 settings: ControllerSettings = ControllerSettings()) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.executor = executor
+        self.jobs_dir = Path(jobs_dir)
+        self.settings = settings
+        self.epoch = store.epoch()
+        self._corrections: dict[JobId, OnlineCorrection] = {}
+        self._pushed: dict[JobId, float] = {}  # the speed factor the scheduler has now
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="coddl-controller", daemon=True)
+        self._next_period = 0.0
+        executor.notify = self.wake
+
+    # ------------------------------------------------------------------ lifecycle
+    def now(self) -> float:
+        return time.time() - self.epoch
+
+    def start(self) -> None:
+        """Take over every unfinished job from the store, then run."""
+        now = self.now()
+        recovered = self.store.recover(time.time())
+        for job in recovered:
+            self._admit(job, now)
+        if recovered:
+            log.info("recovered %d unfinished jobs", len(recovered))
+        self._next_period = time.monotonic() + self.settings.period_s
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wakeup.set()
+        self._thread.join(timeout=30)
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stopping.is_set():
+            self._wakeup.wait(timeout=max(0.0, self._timeout()))
+            if self._stopping.is_set():
+                return
+            gap = self.settings.min_tick_s - (time.monotonic() - last)
+            if gap > 0:
+                time.sleep(gap)
+            self._wakeup.clear()
+            last = time.monotonic()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - the loop must outlive a bad tick; the store keeps the truth
+                log.exception("controller tick failed")
+
+    def _timeout(self) -> float:
+        t = self._next_period - time.monotonic()
+        w = self.scheduler.next_wakeup(self.now()) if self.scheduler.table.n else None
+        if w is not None:
+            t = min(t, w - self.now())
+        return t
+
+    # ------------------------------------------------------------------ one round
+    def tick(self) -> None:
+        now = self.now()
+        self._ingest(now)
+        self._cancel(now)
+        self._drain(now)
+        if time.monotonic() >= self._next_period:
+            self._next_period = time.monotonic() + self.settings.period_s
+            self._push_speeds()
+        w = self.scheduler.next_wakeup(now) if self.scheduler.table.n else None
+        if w is not None and w <= now:
+            self.scheduler.dirty = True
+        if self.scheduler.dirty:
+            self._plan(now)
+
+    def _admit(self, job: JobView, now: float) -> None:
+        spec = JobFile.model_validate(job.spec)
+        jid = str(job.id)
+        curve = curve_for(self.scheduler.curves, spec.model)
+        arrival = min(max(0.0, job.submitted_at - self.epoch), now)
+        self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now)
+        entry, args = spec.entry_and_args()
+        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid))
+        self._corrections[jid] = OnlineCorrection()
+        self._pushed[jid] = 1.0
+
+    def _ingest(self, now: float) -> None:
+        fresh = self.store.unadmitted()
+        admitted = []
+        for job in fresh:
+            if job.cancel_requested:
+                self.store.finish(job.id, JobStatus.CANCELLED, time.time(), "cancelled before it was scheduled")
+                continue
+            try:
+                self._admit(job, now)
+            except Exception as e:  # noqa: BLE001 - a job the API accepted but the scheduler refuses
+                self.store.finish(job.id, JobStatus.FAILED, time.time(), f"not schedulable: {e}")
+                continue
+            admitted.append(job.id)
+        self.store.mark_admitted(admitted)
+
+    def _cancel(self, now: float) -> None:
+        for job_id in self.store.cancel_requests():
+            jid = str(job_id)
+            if jid not in self.scheduler.table.row:
+                continue
+            self.store.finish(job_id, JobStatus.CANCELLED, time.time(), "cancelled")
+            self.scheduler.complete(jid, now, JobStatus.CANCELLED)
+            self.executor.cancel(jid)
+            self._forget(jid)
+
+    def _drain(self, now: float) -> None:
+        progress: list[ProgressUpdate] = []
+        for ev in self.executor.events():
+            jid = ev.job_id
+            if jid not in self.scheduler.table.row:
+                continue  # a late report about a job that already left
+            if isinstance(ev, ProgressEvent):
+                progress.append(ProgressUpdate(int(jid), ev.at, ev.step, ev.world_size, ev.steps_per_s, ev.loss))
+                self._observe(jid, ev, now)
+            elif isinstance(ev, AppliedEvent):
+                self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
+            elif isinstance(ev, WorkerLostEvent):
+                self.store.record_event(int(jid), "worker-lost", ev.at,
+                                        f"{ev.failures} worker failures, {ev.restarts} restarts from checkpoint")
+            elif isinstance(ev, ExitEvent):
+                self.store.record_progress(progress)  # its final report first
+                progress = []
+                status = JobStatus.FINISHED if ev.finished else JobStatus.FAILED
+                self.store.finish(int(jid), status, ev.at, ev.message)
+                self.scheduler.complete(jid, now, status)
+                self._forget(jid)
+        self.store.record_progress(progress)
+
+    def _observe(self, jid: JobId, ev: ProgressEvent, now: float) -> None:
+        s = self.scheduler
+        gpus = s.allocation.gpus.get(jid, ())
+        if not gpus or ev.world_size < 1 or ev.steps_per_s <= 0:
+            return
+        s.set_rate(jid, ev.steps_per_s, now)
+        nodes = len(np.unique(s.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)]))
+        s.observe(jid, ThroughputSample(time=now, gpus=ev.world_size, nodes=nodes,
+                                        cpus=len(s.allocation.cores.get(jid, ())), rate=ev.steps_per_s,
+                                        progress=float(ev.step), loss=ev.loss))
+        m = int(s.table.model[s.table.row[jid]])
+        predicted = float(s.curves.rate[m, min(ev.world_size, s.curves.kmax)])
+        self._corrections[jid].observe(predicted, ev.steps_per_s)
+
+    def _push_speeds(self) -> None:
+        tol = self.settings.speed_tolerance
+        for jid, corr in self._corrections.items():
+            if corr.samples and abs(corr.factor / self._pushed[jid] - 1.0) > tol:
+                self.scheduler.set_speed(jid, corr.factor)
+                self._pushed[jid] = corr.factor
+
+    def _plan(self, now: float) -> None:
+        step = self.scheduler.step(now)
+        if step.plan.actions:
+            self.store.record_plan(step.plan.actions, time.time())  # written before it is acted on
+            self.executor.apply(step.plan)
+
+    def _forget(self, jid: JobId) -> None:
+        self._corrections.pop(jid, None)
+        self._pushed.pop(jid, None)

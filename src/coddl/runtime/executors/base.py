@@ -1,0 +1,99 @@
+"""The contract between the controller and a real executor, and the events that flow back.
+
+The controller hands an executor the same Plan the simulator's executor gets (``apply``), plus what
+only the real world needs: how to launch a job (``register``) and that a job must go now
+(``cancel``: the scheduler frees a cancelled job's GPUs without a plan action). The executor never
+decides anything; it carries out actions and reports what happened as events, which the controller
+drains (``events``) after being woken (``notify``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Protocol, Union
+
+from coddl.core.allocation import Plan
+from coddl.core.job import JobId
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to run one job's workers: ``entry`` is a script path or ``module:function``."""
+
+    job_id: JobId
+    entry: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    job_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    """Rank 0's newest report: cumulative ``step``, ``steps_per_s`` over the last window."""
+
+    job_id: JobId
+    at: float
+    step: int
+    world_size: int
+    steps_per_s: float
+    loss: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEvent:
+    """An action was carried out: the job trains on ``gpus``; ``seconds`` from request to training."""
+
+    job_id: JobId
+    action: str
+    gpus: tuple[int, ...]
+    seconds: float
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ExitEvent:
+    """The job left the executor: ``finished`` (its script ended) or failed (``message`` says why)."""
+
+    job_id: JobId
+    finished: bool
+    at: float
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLostEvent:
+    """A worker process died; the job continues on the survivors (or restarts from its checkpoint)."""
+
+    job_id: JobId
+    at: float
+    failures: int
+    restarts: int
+
+
+ExecutorEvent = Union[ProgressEvent, AppliedEvent, ExitEvent, WorkerLostEvent]
+
+
+@dataclass
+class ExecutorInfo:
+    """What ``GET /cluster`` shows about the machines: one entry per node of the scheduler's cluster."""
+
+    kind: str
+    nodes: list[dict] = field(default_factory=list)
+
+
+class Executor(Protocol):
+    notify: Callable[[], None]
+
+    def register(self, launch: LaunchSpec) -> None: ...
+
+    def apply(self, plan: Plan) -> None:
+        """Carry out the plan (asynchronously, in order with earlier plans and cancels)."""
+
+    def cancel(self, job_id: JobId) -> None: ...
+
+    def events(self) -> list[ExecutorEvent]: ...
+
+    def info(self) -> ExecutorInfo: ...
+
+    def close(self) -> None: ...

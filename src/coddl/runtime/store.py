@@ -1,0 +1,442 @@
+"""The store: the real system's source of truth (SQLAlchemy 2; SQLite in WAL mode by default).
+
+Every job, state change and allocation is written here BEFORE it is acted on — a submission before
+the scheduler sees it, a plan before the executor carries it out, a cancel request before the job is
+stopped — so a controller killed at any instant restarts from the store and loses nothing it had
+accepted. The controller is the only writer of job state; the API writes submissions, cancel
+requests and tokens. Readers get plain frozen dataclasses, never ORM objects bound to a session.
+
+SQLite notes: WAL lets the API read while the controller writes; ``synchronous=NORMAL`` keeps every
+committed transaction across a process crash (SIGKILL) and only risks the last ones on power loss.
+Write transactions start with ``BEGIN IMMEDIATE`` so two writers queue on the busy timeout instead
+of failing when a read lock cannot be upgraded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, create_engine, delete, event, func, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from coddl.core.allocation import Action, ActionKind
+from coddl.core.job import JobStatus
+
+TERMINAL = tuple(s.value for s in JobStatus if s.terminal)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict: JSON, list: JSON}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(64), index=True)
+    spec: Mapped[dict] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    admitted: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    total_steps: Mapped[int] = mapped_column(Integer)
+    steps_done: Mapped[int] = mapped_column(Integer, default=0)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+    steps_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    share: Mapped[int] = mapped_column(Integer, default=0)
+    resizes: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class EventRow(Base):
+    """A job's history: submitted, planned (an action, written before the executor acts), applied
+    (the same action done, with its latency), worker-lost, finished, failed, cancelled, recovered."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(24))
+    action: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    gpus_before: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    gpus_after: Mapped[list | None] = mapped_column(JSON, nullable=True)
+    latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class AllocationRow(Base):
+    """The GPUs (and cores) each job holds according to the newest persisted plan."""
+
+    __tablename__ = "allocations"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    gpus: Mapped[list] = mapped_column(JSON)
+    cores: Mapped[list] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class SampleRow(Base):
+    """Progress reports as the controller received them (loss and throughput over time)."""
+
+    __tablename__ = "samples"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    step: Mapped[int] = mapped_column(Integer)
+    world_size: Mapped[int] = mapped_column(Integer)
+    steps_per_s: Mapped[float] = mapped_column(Float)
+    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class TokenRow(Base):
+    """API tokens, stored as SHA-256 digests: a token is 256 random bits, so a fast hash is enough
+    (there is nothing to brute-force) and the database alone never lets anyone in."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+# --------------------------------------------------------------------------- what readers get
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    id: int
+    name: str
+    owner: str
+    spec: dict
+    status: str
+    cancel_requested: bool
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    total_steps: int
+    steps_done: int
+    loss: float | None
+    steps_per_s: float | None
+    share: int
+    resizes: int
+    message: str | None
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    job_id: int
+    at: float
+    kind: str
+    action: str | None
+    gpus_before: tuple[int, ...] | None
+    gpus_after: tuple[int, ...] | None
+    latency_s: float | None
+    detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SampleView:
+    at: float
+    step: int
+    world_size: int
+    steps_per_s: float
+    loss: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressUpdate:
+    job_id: int
+    at: float
+    step: int
+    world_size: int
+    steps_per_s: float
+    loss: float | None
+
+
+def _job(r: JobRow, gpus: Sequence[int] = ()) -> JobView:
+    return JobView(r.id, r.name, r.owner, r.spec, r.status, r.cancel_requested, r.submitted_at, r.started_at,
+                   r.finished_at, r.total_steps, r.steps_done, r.loss, r.steps_per_s, r.share, r.resizes,
+                   r.message, tuple(gpus))
+
+
+def _event(r: EventRow) -> EventView:
+    return EventView(r.job_id, r.at, r.kind, r.action, None if r.gpus_before is None else tuple(r.gpus_before),
+                     None if r.gpus_after is None else tuple(r.gpus_after), r.latency_s, r.detail)
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def sqlite_url(state_dir: Path) -> str:
+    return f"sqlite:///{Path(state_dir).resolve() / 'coddl.db'}"
+
+
+class Store:
+    """All reads and writes of the real system's state. Thread-safe (a session per call)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        self._read = self._engine(url, immediate=False)
+        self._write_engine = self._engine(url, immediate=True) if self.sqlite else self._read
+        Base.metadata.create_all(self._write_engine)
+        self._reads = sessionmaker(self._read, expire_on_commit=False)
+        self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
+
+    @staticmethod
+    def for_state_dir(state_dir: Path) -> Store:
+        Path(state_dir).mkdir(parents=True, exist_ok=True)
+        return Store(sqlite_url(state_dir))
+
+    def _engine(self, url: str, immediate: bool) -> Engine:
+        if not url.startswith("sqlite"):
+            return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DB-API connection
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (below)
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn) -> None:  # noqa: ANN001 - SQLAlchemy connection
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    def close(self) -> None:
+        self._read.dispose()
+        if self._write_engine is not self._read:
+            self._write_engine.dispose()
+
+    @contextmanager
+    def _w(self) -> Iterator[Session]:
+        with self._writes.begin() as s:
+            yield s
+
+    @contextmanager
+    def _r(self) -> Iterator[Session]:
+        with self._reads() as s:
+            yield s
+
+    # ------------------------------------------------------------------ meta
+    def epoch(self) -> float:
+        """Wall-clock time the state was created: the scheduler's clock is seconds since then, so
+        arrivals and ``now`` stay comparable across controller restarts."""
+        with self._w() as s:
+            row = s.get(MetaRow, "epoch")
+            if row is None:
+                row = MetaRow(key="epoch", value=repr(time.time()))
+                s.add(row)
+            return float(row.value)
+
+    # ------------------------------------------------------------------ tokens
+    def create_token(self, user: str, admin: bool = False) -> str:
+        token = secrets.token_urlsafe(32)
+        with self._w() as s:
+            s.add(TokenRow(user=user, digest=digest(token), admin=admin, created_at=time.time()))
+        return token
+
+    def authenticate(self, token: str) -> User | None:
+        with self._r() as s:
+            row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
+            return None if row is None else User(row.user, row.admin)
+
+    def has_admin(self) -> bool:
+        with self._r() as s:
+            return s.scalar(select(func.count()).select_from(TokenRow).where(TokenRow.admin)) > 0
+
+    # ------------------------------------------------------------------ jobs (API side)
+    def add_job(self, name: str, owner: str, spec: dict, total_steps: int) -> JobView:
+        now = time.time()
+        with self._w() as s:
+            row = JobRow(name=name, owner=owner, spec=spec, status=JobStatus.QUEUED.value, admitted=False,
+                         cancel_requested=False, submitted_at=now, total_steps=total_steps, steps_done=0,
+                         share=0, resizes=0)
+            s.add(row)
+            s.flush()
+            s.add(EventRow(job_id=row.id, at=now, kind="submitted", detail=f"by {owner}"))
+            return _job(row)
+
+    def get_job(self, job_id: int) -> JobView | None:
+        with self._r() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                return None
+            alloc = s.get(AllocationRow, job_id)
+            return _job(row, alloc.gpus if alloc else ())
+
+    def list_jobs(self, owner: str | None = None, limit: int = 1000) -> list[JobView]:
+        with self._r() as s:
+            q = select(JobRow, AllocationRow.gpus).outerjoin(AllocationRow, AllocationRow.job_id == JobRow.id)
+            if owner is not None:
+                q = q.where(JobRow.owner == owner)
+            rows = s.execute(q.order_by(JobRow.id.desc()).limit(limit)).all()
+            return [_job(r, g or ()) for r, g in reversed(rows)]
+
+    def request_cancel(self, job_id: int, by: str) -> JobView:
+        now = time.time()
+        with self._w() as s:
+            row = s.get(JobRow, job_id)
+            if row.status not in TERMINAL and not row.cancel_requested:
+                row.cancel_requested = True
+                s.add(EventRow(job_id=job_id, at=now, kind="cancel-requested", detail=f"by {by}"))
+            return _job(row)
+
+    def events(self, job_id: int) -> list[EventView]:
+        with self._r() as s:
+            rows = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
+            return [_event(r) for r in rows]
+
+    def all_events(self, kinds: Sequence[str] | None = None) -> list[EventView]:
+        with self._r() as s:
+            q = select(EventRow)
+            if kinds is not None:
+                q = q.where(EventRow.kind.in_(kinds))
+            return [_event(r) for r in s.scalars(q.order_by(EventRow.id))]
+
+    def samples(self, job_id: int) -> list[SampleView]:
+        with self._r() as s:
+            rows = s.scalars(select(SampleRow).where(SampleRow.job_id == job_id).order_by(SampleRow.id))
+            return [SampleView(r.at, r.step, r.world_size, r.steps_per_s, r.loss) for r in rows]
+
+    def allocations(self) -> dict[int, tuple[int, ...]]:
+        with self._r() as s:
+            return {r.job_id: tuple(r.gpus) for r in s.scalars(select(AllocationRow))}
+
+    def counts(self) -> dict[str, int]:
+        with self._r() as s:
+            rows = s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
+            return {status: n for status, n in rows}
+
+    # ------------------------------------------------------------------ jobs (controller side)
+    def unadmitted(self) -> list[JobView]:
+        """Submissions the controller has not taken in yet, oldest first."""
+        with self._r() as s:
+            rows = s.scalars(select(JobRow).where(JobRow.admitted.is_(False)).order_by(JobRow.id))
+            return [_job(r) for r in rows]
+
+    def mark_admitted(self, job_ids: Sequence[int]) -> None:
+        if job_ids:
+            with self._w() as s:
+                s.execute(update(JobRow).where(JobRow.id.in_(list(job_ids))).values(admitted=True))
+
+    def unfinished(self) -> list[JobView]:
+        """Every job not yet finished, failed or cancelled (what a restarted controller takes over)."""
+        with self._r() as s:
+            rows = s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id))
+            return [_job(r) for r in rows]
+
+    def cancel_requests(self) -> list[int]:
+        with self._r() as s:
+            q = select(JobRow.id).where(JobRow.cancel_requested.is_(True), JobRow.status.not_in(TERMINAL),
+                                        JobRow.admitted.is_(True))
+            return list(s.scalars(q.order_by(JobRow.id)))
+
+    def record_plan(self, actions: Sequence[Action], at: float) -> None:
+        """Persist a plan before the executor acts on it: new allocations, job states, one event each."""
+        with self._w() as s:
+            for a in actions:
+                jid = int(a.job_id)
+                row = s.get(JobRow, jid)
+                if a.new:
+                    s.merge(AllocationRow(job_id=jid, gpus=list(a.new), cores=list(a.cores), updated_at=at))
+                else:
+                    s.execute(delete(AllocationRow).where(AllocationRow.job_id == jid))
+                row.share = len(a.new)
+                if a.kind in (ActionKind.START, ActionKind.RESUME):
+                    row.status = JobStatus.RUNNING.value
+                    row.started_at = row.started_at if row.started_at is not None else at
+                elif a.kind is ActionKind.SUSPEND:
+                    row.status = JobStatus.SUSPENDED.value
+                elif a.is_resize:
+                    row.resizes += 1
+                s.add(EventRow(job_id=jid, at=at, kind="planned", action=a.kind.value, gpus_before=list(a.old),
+                               gpus_after=list(a.new)))
+
+    def record_applied(self, job_id: int, action: str, gpus: Sequence[int], latency_s: float, at: float) -> None:
+        with self._w() as s:
+            s.add(EventRow(job_id=job_id, at=at, kind="applied", action=action, gpus_after=list(gpus),
+                           latency_s=latency_s))
+
+    def record_event(self, job_id: int, kind: str, at: float, detail: str | None = None) -> None:
+        with self._w() as s:
+            s.add(EventRow(job_id=job_id, at=at, kind=kind, detail=detail))
+
+    def record_progress(self, updates: Sequence[ProgressUpdate]) -> None:
+        if not updates:
+            return
+        with self._w() as s:
+            for u in updates:
+                row = s.get(JobRow, u.job_id)
+                row.steps_done = max(row.steps_done, u.step)
+                row.steps_per_s = u.steps_per_s
+                if u.loss is not None:
+                    row.loss = u.loss
+                s.add(SampleRow(job_id=u.job_id, at=u.at, step=u.step, world_size=u.world_size,
+                                steps_per_s=u.steps_per_s, loss=u.loss))
+
+    def finish(self, job_id: int, status: JobStatus, at: float, message: str | None = None) -> None:
+        """A job reached a terminal state: record it, release its allocation."""
+        with self._w() as s:
+            row = s.get(JobRow, job_id)
+            row.status = status.value
+            row.finished_at = at
+            row.share = 0
+            row.admitted = True
+            if message:
+                row.message = message
+            s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
+            s.add(EventRow(job_id=job_id, at=at, kind=status.value, detail=message))
+
+    def recover(self, at: float) -> list[JobView]:
+        """On controller start: every unfinished job is taken over again. The processes of the last
+        incarnation are gone, so allocations are cleared and running jobs go back to queued (the
+        next plan restarts them from their checkpoints)."""
+        with self._w() as s:
+            rows = list(s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id)))
+            s.execute(delete(AllocationRow))
+            for row in rows:
+                if row.status in (JobStatus.RUNNING.value, JobStatus.SUSPENDED.value):
+                    s.add(EventRow(job_id=row.id, at=at, kind="recovered",
+                                   detail=f"was {row.status} at step {row.steps_done}"))
+                    row.status = JobStatus.SUSPENDED.value
+                row.share = 0
+                row.admitted = True
+            return [_job(r) for r in rows]
