@@ -15,6 +15,7 @@ from coddl.policies.base import Policy
 _REGISTRY: dict[str, type[Policy]] = {}
 _BUILTIN_MODULES = (
     "coddl.policies.fifo", "coddl.policies.srtf", "coddl.policies.maxmin",
+    "coddl.policies.aiturbo",
 )
 _EXTRA_MODULES: list[str] = []
 
