@@ -30,7 +30,7 @@ def test_records_round_trip() -> None:
     m = Membership(3, ("w0", "w4"), "resize")
     assert Membership.loads(m.dumps()) == m
     p = Progress(generation=3, world_size=2, step=10, epoch=1, samples=640, samples_per_s=100.0,
-                 steps_per_s=1.5, loss=None, global_batch=64, time=1.0)
+                 steps_per_s=1.5, loss=None, global_batch=64, regroup_s=0.2, time=1.0)
     assert Progress.loads(p.dumps()) == p
 
 

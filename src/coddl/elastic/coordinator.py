@@ -18,6 +18,7 @@ from coddl.elastic.protocol import (
     PROGRESS_KEY,
     Membership,
     Progress,
+    arrived_key,
     complete_key,
     hash_key,
     membership_key,
@@ -43,14 +44,26 @@ class Coordinator:
     def membership(self) -> Membership:
         return self._membership
 
-    def post(self, members: Sequence[str], reason: str) -> Membership:
-        """Publish the next membership: the record first, then the generation bump that announces it."""
+    def post(self, members: Sequence[str], reason: str, announce: bool = True) -> Membership:
+        """Write the next membership's record; announce it to running ranks now or (``announce=False``,
+        to let new workers start up first) later with ``announce``."""
         with self._lock:
             m = Membership(self._membership.generation + 1, tuple(members), reason)
             self.store.set(membership_key(m.generation), m.dumps())
-            self.store.add(GENERATION_KEY, 1)
             self._membership = m
-            return m
+        if announce:
+            self.announce(m)
+        return m
+
+    def announce(self, membership: Membership) -> None:
+        """Running ranks switch to ``membership`` at their next step boundary."""
+        with self._lock:
+            self.store.set(GENERATION_KEY, str(membership.generation))
+
+    def arrived(self, generation: int) -> int:
+        """How many workers started for ``generation`` are ready to join it."""
+        with self._lock:
+            return self.store.add(arrived_key(generation), 0)
 
     def is_complete(self, generation: int) -> bool:
         with self._lock:

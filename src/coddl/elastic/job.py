@@ -33,6 +33,7 @@ from coddl.elastic.protocol import (
     REASON_RESTART,
     REASON_START,
     REASON_STOP,
+    Membership,
     Progress,
     WorkerEnv,
 )
@@ -131,8 +132,8 @@ class ElasticJob:
                 raise ValueError("start() needs at least one slot")
             self._slots = tuple(slots)
             self._phase = JobPhase.STARTING
-            generation = self._launch(self._new_workers(slots), REASON_START)
-        return self._await(generation, t0)
+            membership = self._launch(self._new_workers(slots), REASON_START)
+        return self._await(membership.generation, t0)
 
     def resize(self, slots: Sequence[int]) -> float:
         """Move the job onto ``slots`` in place: workers on kept slots continue, workers on dropped slots
@@ -153,10 +154,12 @@ class ElasticJob:
                 self._leaving += leaving
                 self._slots = tuple(slots)
                 self._phase = JobPhase.RESIZING
-                generation = self._launch(keep + joiners, REASON_RESIZE)
+                membership = self._launch(keep + joiners, REASON_RESIZE, announce=not joiners)
         if not keep:
             return self.restart(slots)
-        return self._await(generation, t0)
+        if joiners:
+            self._announce_when_arrived(membership, len(joiners))
+        return self._await(membership.generation, t0)
 
     def restart(self, slots: Sequence[int]) -> float:
         """Checkpoint-restart onto ``slots``: stop (rank 0 saves a checkpoint), then start fresh workers
@@ -237,15 +240,31 @@ class ElasticJob:
     def _new_workers(self, slots: Sequence[int]) -> list[_Worker]:
         return [_Worker(f"w{next(self._ids)}", slot) for slot in slots]
 
-    def _launch(self, members: list[_Worker], reason: str) -> int:
+    def _launch(self, members: list[_Worker], reason: str, announce: bool = True) -> Membership:
         """Post the membership (record before action), then start the workers that have no process."""
-        m = self.coordinator.post([w.worker_id for w in members], reason)
+        m = self.coordinator.post([w.worker_id for w in members], reason, announce=announce)
         for w in members:
             if w.handle is None:
                 w.handle = self._launcher.launch(self._spec(w, m.generation))
         self._members = members
         self._changed.notify_all()
-        return m.generation
+        return m
+
+    def _announce_when_arrived(self, membership: Membership, joiners: int) -> None:
+        """Announce a grow only once its new workers are up, so the survivors train until then. A
+        failure meanwhile supersedes the membership, and then it must never be announced."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while self.coordinator.arrived(membership.generation) < joiners:
+            with self._lock:
+                if self.coordinator.membership != membership:
+                    return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.config.job_id}: new workers did not start within "
+                                   f"{self.config.start_timeout_s} s")
+            time.sleep(0.001)
+        with self._lock:
+            if self.coordinator.membership == membership:
+                self.coordinator.announce(membership)
 
     def _spec(self, worker: _Worker, generation: int) -> WorkerSpec:
         c = self.config

@@ -22,8 +22,9 @@ Environment of a worker (set by the executor; ``WorkerEnv.from_environ`` reads i
 
 Store keys (values are ASCII; JSON where structured)::
 
-    generation              counter, the newest membership generation (coordinator ``add``s 1)
+    generation              integer, the newest ANNOUNCED membership generation (read with add(key, 0))
     membership/{g}          JSON Membership: ordered worker ids (index = rank) and the reason
+    gen{g}/arrived          counter: workers started for g whose script has reached ``wrap()``
     gen{g}/pg/...           the gloo/nccl rendezvous of generation g (a PrefixStore)
     gen{g}/ready            counter: ranks of g that finished regrouping and state sync
     gen{g}/complete         set by the last ready rank: generation g is training
@@ -31,11 +32,13 @@ Store keys (values are ASCII; JSON where structured)::
     progress                JSON Progress, written by rank 0 every CODDL_REPORT_S
     finished                set by rank 0 when training reached its end
 
-Resize: the coordinator writes ``membership/{g+1}`` and then bumps ``generation``. Rank 0 reads
-``generation`` once per step and piggy-backs it on the step's control all-reduce, so every rank learns
-the new generation at the SAME step boundary without an extra round. Survivors then tear down their
-process group and join ``gen{g+1}/pg`` with their new rank; workers started for g+1 join it directly;
-workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
+Resize: the coordinator writes ``membership/{g+1}``, starts the new workers (if any) and, once all of
+them have arrived, announces g+1 by setting ``generation``; the survivors keep training meanwhile, so
+the newcomers' start-up (fork, imports, building dataset and model, CUDA init) costs them nothing.
+Rank 0 reads ``generation`` once per step and piggy-backs it on the step's control all-reduce, so
+every rank learns the new generation at the SAME step boundary without an extra round. Survivors then
+tear down their process group and join ``gen{g+1}/pg`` with their new rank; the new workers are already
+waiting there; workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
 writes a checkpoint first). State is copied from the survivor with the most progress when any rank
 lacks it or survivors disagree; if no rank has state, rank 0 loads the checkpoint.
 
@@ -68,6 +71,10 @@ REASON_STOP = "stop"
 
 def membership_key(generation: int) -> str:
     return f"membership/{generation}"
+
+
+def arrived_key(generation: int) -> str:
+    return f"gen{generation}/arrived"
 
 
 def pg_prefix(generation: int) -> str:
@@ -120,6 +127,7 @@ class Progress:
     steps_per_s: float
     loss: float | None
     global_batch: int
+    regroup_s: float | None  # how long rank 0 stood still in its latest regroup (None: none yet)
     time: float  # wall clock (time.time()) of the report
 
     def dumps(self) -> str:

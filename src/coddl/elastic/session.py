@@ -38,6 +38,7 @@ from coddl.elastic.protocol import (
     Membership,
     Progress,
     WorkerEnv,
+    arrived_key,
     complete_key,
     hash_key,
     membership_key,
@@ -95,6 +96,7 @@ class Session:
         self._window = _Window(time.perf_counter())
         self._last_checkpoint = time.monotonic()
         self._seen_failure: dict[int, bool] = {}
+        self._regroup_s: float | None = None
 
     # ---- context ---------------------------------------------------------------------------------
 
@@ -159,6 +161,7 @@ class Session:
             raise RuntimeError("use the session inside `with session() as s:`")
         self._model = model.to(self.device)
         self._optimizer = optimizer
+        self._store.add(arrived_key(self._env.generation), 1)  # a resize is announced once we are here
         self._enter(self._env.generation)
         if self._departing:
             raise Departed()
@@ -268,16 +271,23 @@ class Session:
             self._report()
             if not survivors:  # a stop (or a move to all-new workers): keep the progress on disk
                 self._checkpoint()
+        start = time.perf_counter()
         group.dissolve()
-        self._window = _Window(time.perf_counter())
         self._enter(generation)
+        self._regrouped(start)
 
     def _recover(self, works: list[dist.Work]) -> None:
         """After a lost collective: drop the group, wait for the coordinator's failure membership, rejoin."""
+        start = time.perf_counter()
         group.dissolve(pending=works)
         self._clean = False
-        self._window = _Window(time.perf_counter())
         self._enter(self._await_newer(self.generation))
+        self._regrouped(start)
+
+    def _regrouped(self, start: float) -> None:
+        """Start a fresh report window: its rates must belong to the new world size alone."""
+        self._regroup_s = time.perf_counter() - start
+        self._window = _Window(time.perf_counter())
 
     def _await_newer(self, generation: int) -> int:
         deadline = time.monotonic() + 2 * self._env.pg_timeout_s
@@ -373,6 +383,7 @@ class Session:
             steps_per_s=w.steps / elapsed,
             loss=w.loss_sum / w.loss_weight if w.loss_weight > 0 else None,
             global_batch=self._global_batch,
+            regroup_s=self._regroup_s,
             time=time.time(),
         )
         self._store.set(PROGRESS_KEY, progress.dumps())

@@ -9,6 +9,7 @@ import json
 import os
 import runpy
 import sys
+import traceback
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -65,5 +66,23 @@ def run_worker(spec: WorkerSpec) -> None:
     getattr(importlib.import_module(module), function)()
 
 
+def _main() -> None:
+    """Cold-start entry. Ends like a forked worker does, with ``os._exit`` after flushing output:
+    a full interpreter teardown with torch loaded takes seconds, which a stopping job would wait for."""
+    code = 0
+    try:
+        run_worker(WorkerSpec.from_json(sys.argv[1]))
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    run_worker(WorkerSpec.from_json(sys.argv[1]))
+    _main()
