@@ -48,6 +48,9 @@ class Scheduler:
         self._capacity_by_type = np.array([cluster.capacity_by_type[t] for t in cluster.type_names])
         self._type_index = {t: i for i, t in enumerate(cluster.type_names)}
         self.samples: dict[JobId, list[ThroughputSample]] = {}
+        # attained service (GPU-s) of every finished job, for policies that learn its distribution
+        self._finished_service = np.zeros(64)
+        self._n_finished = 0
         self._uid = 0
         self._ever_ran: set[JobId] = set()
         self.dirty = False
@@ -79,6 +82,11 @@ class Scheduler:
         rec = JobRecord(spec=spec, status=status.value, finish=now, first_start=final["first_start"],
                         attained_service=final["service0"], resizes=int(final["resizes"]))
         self.records.append(rec)
+        if status is JobStatus.FINISHED:
+            if self._n_finished == self._finished_service.size:
+                self._finished_service = np.resize(self._finished_service, 2 * self._n_finished)
+            self._finished_service[self._n_finished] = rec.attained_service
+            self._n_finished += 1
         self.dirty = True
         return rec
 
@@ -110,6 +118,7 @@ class Scheduler:
             now=now, capacity=self.cluster.total_gpus, capacity_by_type=self._capacity_by_type,
             type_names=self.cluster.type_names, cpu_capacity=self.cluster.total_cpus, jobs=jobs,
             curves=self.curves.rate, type_speed=self.type_speed, rng=self.rng, samples=self.samples,
+            finished_service=self._finished_service[: self._n_finished],
         )
 
     def _check(self, ctx: Context, s: Shares) -> None:

@@ -14,7 +14,9 @@ from coddl.policies.base import Policy
 
 _REGISTRY: dict[str, type[Policy]] = {}
 _BUILTIN_MODULES = (
-    "coddl.policies.fifo", "coddl.policies.srtf", "coddl.policies.maxmin",
+    "coddl.policies.fifo", "coddl.policies.srtf", "coddl.policies.maxmin", "coddl.policies.gavel",
+    "coddl.policies.afs_l", "coddl.policies.afs_p", "coddl.policies.srsf", "coddl.policies.tiresias",
+    "coddl.policies.gittins", "coddl.policies.optimus", "coddl.policies.themis",
     "coddl.policies.aiturbo",
 )
 _EXTRA_MODULES: list[str] = []

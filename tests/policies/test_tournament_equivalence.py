@@ -1,0 +1,69 @@
+"""AFS-L and AFS-P decide exactly what the naive one-GPU-at-a-time tournament decides (§2, §3).
+
+The naive versions live in ``naive.py``; the random cases (``cases.py``) mix concave, linear-then-
+flat, falling and more-than-doubling curves, equal job lengths and equal gains/losses, minimums
+above one GPU and maximums beyond the measured curve, so ties and the slow paths are exercised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cases import random_context
+from naive import naive_afs_l, naive_afs_p_light, naive_tournament
+from coddl.policies import make_policy
+from coddl.policies.tournament import tournament
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_afs_l_matches_naive(block: int) -> None:
+    for seed in range(block * 100, block * 100 + 100):
+        pol = make_policy("afs-l")
+        ctx = random_context(seed, pol)
+        assert pol.allocate(ctx).tolist() == naive_afs_l(ctx), f"seed {seed}"
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_afs_p_matches_naive(block: int) -> None:
+    checked = 0
+    for seed in range(block * 100, block * 100 + 100):
+        pol, twin = make_policy("afs-p"), make_policy("afs-p")
+        ctx = random_context(seed, pol, gpus=(8, 60))
+        if int(ctx.jobs.min_gpus.sum()) >= ctx.capacity:
+            continue  # heavy load: time slices, tested separately
+        tctx = random_context(seed, twin, gpus=(8, 60))
+        priority = -twin._priorities(tctx, twin._book.lookup(tctx.jobs.uid))
+        assert pol.allocate(ctx).tolist() == naive_afs_p_light(ctx, priority), f"seed {seed}"
+        checked += 1
+    assert checked >= 50
+
+
+def test_tournament_from_arbitrary_start_matches_naive() -> None:
+    """The bulk engine itself, from random starting shares and with random visiting keys."""
+    for seed in range(400):
+        pol = make_policy("afs-l")
+        ctx = random_context(seed, pol)
+        rng = np.random.default_rng(seed)
+        j = ctx.jobs
+        n = len(j)
+        lo, hi = j.min_gpus, j.max_gpus
+        start = np.where(rng.random(n) < 0.5, 0, np.minimum(hi, lo + rng.integers(0, 3, n)))
+        budget = int(rng.integers(0, ctx.capacity + 1))
+        prio = rng.integers(0, 3, n).astype(float)  # repeated keys: the tie rank decides
+        tie = rng.permutation(n)
+        if rng.random() < 0.5:
+            def key(rows, levels):
+                return prio[rows]
+        else:
+            def key(rows, levels):
+                return ctx.remaining_time(levels, rows)
+        got = tournament(ctx, start, lo, hi, budget, key, tie).tolist()
+        assert got == naive_tournament(ctx, start, lo, hi, budget, key, tie), f"seed {seed}"
+
+
+def test_larger_cases_match_naive() -> None:
+    for seed in range(40):
+        pol = make_policy("afs-l")
+        ctx = random_context(10_000 + seed, pol, jobs=(20, 40), gpus=(30, 120))
+        assert pol.allocate(ctx).tolist() == naive_afs_l(ctx), f"seed {seed}"
