@@ -8,6 +8,12 @@ survives, fresh workers restart from the last checkpoint (at most ``max_restarts
 
 A slot is a logical GPU index. When CUDA exists the worker sees only that slot's GPU
 (``CUDA_VISIBLE_DEVICES``); otherwise the slot is a CPU slot and only names the worker.
+
+Nothing here needs the workers to be local except the launcher: a launcher whose handles stand for
+processes elsewhere (a Ray actor running ``run_worker`` from a ``WorkerPool`` on its node) works
+unchanged if each handle offers pid, exitcode, kill, join and a ``sentinel`` fd that becomes readable
+when the process ends (a pipe that a watcher thread writes to will do), and ``JobConfig.host`` is an
+address the other nodes can reach.
 """
 
 from __future__ import annotations

@@ -162,7 +162,8 @@ class Session:
         self._model = model.to(self.device)
         self._optimizer = optimizer
         self._store.add(arrived_key(self._env.generation), 1)  # a resize is announced once we are here
-        self._enter(self._env.generation)
+        # A failure may have superseded the generation we were started for while we started up.
+        self._enter(max(self._env.generation, self._store.add(GENERATION_KEY, 0)))
         if self._departing:
             raise Departed()
         return model, optimizer
