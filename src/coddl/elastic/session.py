@@ -166,6 +166,7 @@ class Session:
         self._enter(max(self._env.generation, self._store.add(GENERATION_KEY, 0)))
         if self._departing:
             raise Departed()
+        self._joined()
         return model, optimizer
 
     def batches(self, dataset: Any, *, global_batch: int | None = None, local_batch: int | None = None,
@@ -286,9 +287,15 @@ class Session:
         self._regrouped(start)
 
     def _regrouped(self, start: float) -> None:
-        """Start a fresh report window: its rates must belong to the new world size alone."""
         self._regroup_s = time.perf_counter() - start
+        self._joined()
+
+    def _joined(self) -> None:
+        """Start a fresh report window (its rates must belong to the new world size alone) and, with
+        CODDL_VERIFY, publish the state hash; both happen after the regroup's measured pause."""
         self._window = _Window(time.perf_counter())
+        if self._env.verify and not self._departing:
+            self._store.set(hash_key(self.generation, self._rank), state.state_hash(self._model, self._optimizer))
 
     def _await_newer(self, generation: int) -> int:
         deadline = time.monotonic() + 2 * self._env.pg_timeout_s
@@ -337,8 +344,6 @@ class Session:
         g = self.generation
         if self._store.add(ready_key(g), 1) == self.world_size:
             self._store.set(complete_key(g), str(time.time()))
-        if self._env.verify:
-            self._store.set(hash_key(g, self._rank), state.state_hash(self._model, self._optimizer))
 
     # ---- per-step bookkeeping --------------------------------------------------------------------
 
