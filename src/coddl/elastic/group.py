@@ -7,6 +7,7 @@ membership gets its own key prefix in the same store rather than its own store.
 from __future__ import annotations
 
 import datetime
+import time
 from typing import Callable
 
 import torch
@@ -57,7 +58,13 @@ def wait(work: dist.Work, abandon: Callable[[], bool], slice_s: float = 0.1) -> 
 
     A blocking ``wait()`` would sit out the whole process-group timeout on ranks that are not the dead
     worker's neighbours; slicing the wait lets them see the coordinator's failure notice instead.
+    A gloo collective's ``wait(timeout)`` leaves the operation running when it times out, so it slices
+    the wait without a busy loop. NCCL may treat a timed-out wait as fatal for the communicator, so
+    there the slices poll ``is_completed()`` instead (untested here: no GPU on the dev machines).
     """
+    if dist.get_backend() == "nccl":
+        _poll(work, abandon, slice_s)
+        return
     timeout = datetime.timedelta(seconds=slice_s)
     while True:
         try:
@@ -68,3 +75,14 @@ def wait(work: dist.Work, abandon: Callable[[], bool], slice_s: float = 0.1) -> 
                 raise CollectiveFailed(str(err).splitlines()[0]) from err
         if abandon():
             raise CollectiveFailed("abandoned: the coordinator announced a failure")
+
+
+def _poll(work: dist.Work, abandon: Callable[[], bool], slice_s: float) -> None:
+    deadline = time.monotonic() + slice_s
+    while not work.is_completed():
+        if time.monotonic() >= deadline:
+            if abandon():
+                raise CollectiveFailed("abandoned: the coordinator announced a failure")
+            deadline = time.monotonic() + slice_s
+        time.sleep(0.0005)
+    work.wait()  # orders the current CUDA stream after the collective
