@@ -27,7 +27,7 @@ from torch.utils.data import default_collate
 
 from coddl.elastic import group, state
 from coddl.elastic.coordinator import Coordinator
-from coddl.elastic.data import BatchRule, Position, Samples, SampleOrder, local_range
+from coddl.elastic.data import BatchRule, Samples, SampleOrder, local_range
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
