@@ -13,11 +13,24 @@ Rules:
   (the node's cores ÷ GPUs by default, or the job's requested total split by GPUs), keeping the
   cores it already had, never more than the node has free.
 A GPU or a core is never given to two jobs.
+
+Mixed clusters. A data-parallel job runs at the pace of its slowest GPU, so a request for "any
+type" (``gpu_type=-1``) lands on ONE type unless ``allow_mixing`` (the job balances its per-GPU
+batch to speed, CoDDL's load balancing): a type that can host it on one node if any, the one with
+the most free GPUs among them; a growing job stays on its type while the type has room. When the
+job must span nodes whatever the type, the optional ``scorer`` (the throughput estimator: iterations/s
+of the job on a shape of GPUs per node and their types) ranks the candidate placements of the same
+count — the fewest-node placement on each type that has room, and with mixing one across types —
+so a fast type on two nodes can beat a slow one on two. Only then is it consulted, which keeps the
+common path free of estimator calls. A type-agnostic policy counts only total capacity, so when no
+single type has room the job is spread over types, fastest first (and runs at the slowest's pace).
+Single-type clusters never take these branches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -26,6 +39,9 @@ from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
 
 Cores = tuple[int, ...]
+# (job, GPUs per node, GPU type of each of those nodes) → estimated iterations/s; higher is better
+Scorer = Callable[[JobId, tuple[int, ...], tuple[str, ...]], float]
+Shape = list[tuple[int, int]]  # (node, GPUs to take there)
 
 
 class PlacementError(RuntimeError):
@@ -78,12 +94,17 @@ class _Pool:
 
 
 class ConsolidatingPlacer:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, allow_mixing: bool = False, scorer: Scorer | None = None) -> None:
         self.cluster = cluster
         self.gpu = _Pool(cluster.node_of_gpu, cluster.node_first_gpu, [n.gpus for n in cluster.nodes])
         self.core = _Pool(cluster.node_of_core, cluster.node_first_core, [n.cpus for n in cluster.nodes])
         self._type = cluster.node_type_index
         self._nodes = len(cluster.nodes)
+        self.allow_mixing = allow_mixing
+        self.scorer = scorer
+        self._mixed_cluster = len(cluster.type_names) > 1
+        speed = [cluster.gpu_type_of(t).speed for t in cluster.type_names]
+        self._fastest_first = sorted(range(len(speed)), key=lambda t: -speed[t])
         self._explicit_cores = False  # False: every job holds its GPUs' proportional core blocks
         self._lists = (cluster.node_of_gpu.tolist(), cluster.node_first_gpu.tolist(),
                        cluster.node_first_core.tolist(), cluster.cores_per_gpu.tolist())
@@ -146,18 +167,78 @@ class ConsolidatingPlacer:
                 if allowed[node]:
                     got += self.gpu.take(node, min(need, int(self.gpu.node_free[node])))
                     need = want - len(got)
-        while need > 0:
+        if need > 0:
             free = np.where(self._allowed(gpu_type, cores_per_gpu), self.gpu.node_free, 0)
-            fits = np.flatnonzero(free >= need)
-            if fits.size:  # best fit: the fullest node that still holds the rest
-                node = int(fits[np.argmin(free[fits])])
-            else:  # spread over the emptiest nodes first → fewest nodes
-                node = int(np.argmax(free))
-                if free[node] == 0:
-                    raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
-            got += self.gpu.take(node, min(need, int(free[node])))
-            need = want - len(got)
+            if int(free.sum()) < need:
+                raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
+            for node, count in self._shape(free, need):
+                got += self.gpu.take(node, count)
         return tuple(sorted(got))
+
+    @staticmethod
+    def _shape(free: np.ndarray, need: int) -> Shape:
+        """Where ``need`` new GPUs go given usable ``free`` GPUs per node: best fit — the fullest
+        node that still holds the rest — or, when no node does, the emptiest node first, so the job
+        spans the fewest nodes. Computed on a copy, so candidates can be compared before taking."""
+        free = free.copy()
+        shape: Shape = []
+        while need > 0:
+            fits = np.flatnonzero(free >= need)
+            node = int(fits[np.argmin(free[fits])]) if fits.size else int(np.argmax(free))
+            count = min(need, int(free[node]))
+            shape.append((node, count))
+            free[node] -= count
+            need -= count
+        return shape
+
+    # ------------------------------------------------------------------ GPU types (mixed clusters)
+    def _grow_any_type(self, job: JobId, old: Gpus, want: int, cores_per_gpu: int) -> Gpus:
+        """A ``gpu_type=-1`` request on a mixed cluster without mixing: see the module docstring."""
+        free_by_type = self.free_by_type()
+        if old:
+            own = int(self._type[self.gpu.node_of[old[0]]])
+            if free_by_type[own] >= want - len(old):
+                return self._grow(old, want, own, cores_per_gpu)
+            self.gpu.release(old)  # moved whole to a type with room (one migration, not a mixed job)
+            free_by_type = self.free_by_type()
+        usable = {t: np.where(self._allowed(t, cores_per_gpu), self.gpu.node_free, 0)
+                  for t in range(len(free_by_type)) if free_by_type[t] >= want}
+        if not usable:  # the policy counted only total capacity: spread over types, fastest first
+            got: Gpus = ()
+            for t in self._fastest_first:
+                if free_by_type[t] and len(got) < want:
+                    got = self._grow(got, min(want, len(got) + int(free_by_type[t])), t, cores_per_gpu)
+            return got
+        one_node = {t for t, f in usable.items() if int(f.max()) >= want}
+        ranked = sorted(usable, key=lambda t: (t not in one_node, -int(free_by_type[t]), t))
+        if one_node or self.scorer is None or len(ranked) == 1:
+            return self._grow((), want, ranked[0], cores_per_gpu)
+        candidates = [self._shape(usable[t], want) for t in ranked]
+        return self._take(candidates[self._best(job, candidates)])
+
+    def _best(self, job: JobId, candidates: list[Shape]) -> int:
+        """Index of the candidate the scorer estimates fastest (ties: the earlier one)."""
+        names = self.cluster.type_names
+        scores = [self.scorer(job, tuple(c for _, c in shape), tuple(names[self._type[n]] for n, _ in shape))
+                  for shape in candidates]
+        return int(np.argmax(scores))
+
+    def _take(self, shape: Shape) -> Gpus:
+        return tuple(sorted(g for node, count in shape for g in self.gpu.take(node, count)))
+
+    def _grow_mixing(self, job: JobId, old: Gpus, want: int, cores_per_gpu: int) -> Gpus:
+        """``allow_mixing``: a new job that no node can hold compares the fewest-node placement of
+        each type with room against the fewest-node placement over all types."""
+        usable = np.where(self._allowed(-1, cores_per_gpu), self.gpu.node_free, 0)
+        if old or self.scorer is None or int(usable.max()) >= want:
+            return self._grow(old, want, -1, cores_per_gpu)
+        candidates = []
+        for t in range(len(self.cluster.type_names)):
+            on_t = np.where(self._type == t, usable, 0)
+            if int(on_t.sum()) >= want:
+                candidates.append(self._shape(on_t, want))
+        candidates.append(self._shape(usable, want))
+        return self._take(candidates[self._best(job, candidates)])
 
     # ------------------------------------------------------------------ cores
     def _block_cores(self, gpus: Gpus) -> Cores:
@@ -211,10 +292,15 @@ class ConsolidatingPlacer:
                 gpus[req.job_id] = self._shrink(old, req.gpus)
             else:
                 grows.append((req, old))
-        grows.sort(key=lambda ro: -ro[0].gpus)
+        grows.sort(key=lambda ro: (ro[0].gpu_type < 0, -ro[0].gpus))  # typed first: "any" takes what is left
         for req, old in grows:
             per_gpu = -(-req.cpus // req.gpus) if req.cpus else 0
-            gpus[req.job_id] = self._grow(old, req.gpus, req.gpu_type, per_gpu)
+            if req.gpu_type >= 0 or not self._mixed_cluster:
+                gpus[req.job_id] = self._grow(old, req.gpus, req.gpu_type, per_gpu)
+            elif self.allow_mixing:
+                gpus[req.job_id] = self._grow_mixing(req.job_id, old, req.gpus, per_gpu)
+            else:
+                gpus[req.job_id] = self._grow_any_type(req.job_id, old, req.gpus, per_gpu)
         if not self._explicit_cores:
             return {j: Placed(g, self._block_cores(g)) for j, g in gpus.items()}
         # cores: every job first takes back the cores it had on its nodes, then fills up
