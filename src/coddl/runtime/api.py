@@ -39,6 +39,7 @@ class ClusterInfo:
 def job_json(j: JobView) -> dict[str, Any]:
     d = asdict(j)
     d["gpus"] = list(j.gpus)
+    d["workers"] = list(j.workers)
     d["terminal"] = j.terminal
     return d
 

@@ -37,6 +37,7 @@ from coddl.runtime.executors.base import (
     LaunchSpec,
     ProgressEvent,
     WorkerLostEvent,
+    WorkersEvent,
 )
 from coddl.runtime.models import curve_for
 from coddl.runtime.spec import JobFile
@@ -77,11 +78,12 @@ class Controller:
     def start(self) -> None:
         """Take over every unfinished job from the store, then run."""
         now = self.now()
-        recovered = self.store.recover(time.time())
+        recovered, orphans = self.store.recover(time.time())
+        reaped = self.executor.reap(orphans)
         for job in recovered:
             self._admit(job, now)
         if recovered:
-            log.info("recovered %d unfinished jobs", len(recovered))
+            log.info("recovered %d unfinished jobs (%d leftover workers killed)", len(recovered), reaped)
         self._next_period = time.monotonic() + self.settings.period_s
         self._thread.start()
 
@@ -178,6 +180,8 @@ class Controller:
                 self._observe(jid, ev, now)
             elif isinstance(ev, AppliedEvent):
                 self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
+            elif isinstance(ev, WorkersEvent):
+                self.store.record_workers(int(jid), ev.workers)
             elif isinstance(ev, WorkerLostEvent):
                 self.store.record_event(int(jid), "worker-lost", ev.at,
                                         f"{ev.failures} worker failures, {ev.restarts} restarts from checkpoint")

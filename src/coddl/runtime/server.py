@@ -28,19 +28,13 @@ from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 from coddl.runtime.models import runtime_curves
+from coddl.runtime.paths import CLIENT_FILE, DEFAULT_PORT, SERVER_FILE, default_state_dir
 from coddl.runtime.store import Store, sqlite_url
 from coddl.scheduler import Scheduler
 
 DEFAULT_POLICY = "afs-p"
-DEFAULT_PORT = 8470
-CLIENT_FILE = "client.json"
-SERVER_FILE = "server.json"
 
 log = logging.getLogger("coddl.server")
-
-
-def default_state_dir() -> Path:
-    return Path(os.environ.get("CODDL_STATE_DIR") or Path.home() / ".coddl")
 
 
 @dataclass(frozen=True)

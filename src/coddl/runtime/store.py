@@ -83,6 +83,7 @@ class AllocationRow(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     gpus: Mapped[list] = mapped_column(JSON)
     cores: Mapped[list] = mapped_column(JSON)
+    workers: Mapped[list] = mapped_column(JSON, default=list)  # the executor's records of the processes
     updated_at: Mapped[float] = mapped_column(Float)
 
 
@@ -146,6 +147,7 @@ class JobView:
     resizes: int
     message: str | None
     gpus: tuple[int, ...] = ()
+    workers: tuple[dict, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -183,10 +185,10 @@ class ProgressUpdate:
     loss: float | None
 
 
-def _job(r: JobRow, gpus: Sequence[int] = ()) -> JobView:
+def _job(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
     return JobView(r.id, r.name, r.owner, r.spec, r.status, r.cancel_requested, r.submitted_at, r.started_at,
                    r.finished_at, r.total_steps, r.steps_done, r.loss, r.steps_per_s, r.share, r.resizes,
-                   r.message, tuple(gpus))
+                   r.message, tuple(alloc.gpus) if alloc else (), tuple(alloc.workers or ()) if alloc else ())
 
 
 def _event(r: EventRow) -> EventView:
@@ -299,16 +301,15 @@ class Store:
             row = s.get(JobRow, job_id)
             if row is None:
                 return None
-            alloc = s.get(AllocationRow, job_id)
-            return _job(row, alloc.gpus if alloc else ())
+            return _job(row, s.get(AllocationRow, job_id))
 
     def list_jobs(self, owner: str | None = None, limit: int = 1000) -> list[JobView]:
         with self._r() as s:
-            q = select(JobRow, AllocationRow.gpus).outerjoin(AllocationRow, AllocationRow.job_id == JobRow.id)
+            q = select(JobRow, AllocationRow).outerjoin(AllocationRow, AllocationRow.job_id == JobRow.id)
             if owner is not None:
                 q = q.where(JobRow.owner == owner)
             rows = s.execute(q.order_by(JobRow.id.desc()).limit(limit)).all()
-            return [_job(r, g or ()) for r, g in reversed(rows)]
+            return [_job(r, a) for r, a in reversed(rows)]
 
     def request_cancel(self, job_id: int, by: str) -> JobView:
         now = time.time()
@@ -376,7 +377,12 @@ class Store:
                 jid = int(a.job_id)
                 row = s.get(JobRow, jid)
                 if a.new:
-                    s.merge(AllocationRow(job_id=jid, gpus=list(a.new), cores=list(a.cores), updated_at=at))
+                    alloc = s.get(AllocationRow, jid)
+                    if alloc is None:
+                        s.add(AllocationRow(job_id=jid, gpus=list(a.new), cores=list(a.cores), workers=[],
+                                            updated_at=at))
+                    else:
+                        alloc.gpus, alloc.cores, alloc.updated_at = list(a.new), list(a.cores), at
                 else:
                     s.execute(delete(AllocationRow).where(AllocationRow.job_id == jid))
                 row.share = len(a.new)
@@ -394,6 +400,12 @@ class Store:
         with self._w() as s:
             s.add(EventRow(job_id=job_id, at=at, kind="applied", action=action, gpus_after=list(gpus),
                            latency_s=latency_s))
+
+    def record_workers(self, job_id: int, workers: Sequence[dict]) -> None:
+        with self._w() as s:
+            alloc = s.get(AllocationRow, job_id)
+            if alloc is not None:
+                alloc.workers = list(workers)
 
     def record_event(self, job_id: int, kind: str, at: float, detail: str | None = None) -> None:
         with self._w() as s:
@@ -425,12 +437,14 @@ class Store:
             s.execute(delete(AllocationRow).where(AllocationRow.job_id == job_id))
             s.add(EventRow(job_id=job_id, at=at, kind=status.value, detail=message))
 
-    def recover(self, at: float) -> list[JobView]:
-        """On controller start: every unfinished job is taken over again. The processes of the last
-        incarnation are gone, so allocations are cleared and running jobs go back to queued (the
-        next plan restarts them from their checkpoints)."""
+    def recover(self, at: float) -> tuple[list[JobView], list[dict]]:
+        """On controller start: every unfinished job is taken over again, and the worker records of
+        the last incarnation are handed back (for the executor to make sure they are gone).
+        Allocations are cleared and running jobs become suspended: the next plan restarts them from
+        their checkpoints."""
         with self._w() as s:
             rows = list(s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id)))
+            workers = [w for a in s.scalars(select(AllocationRow)) for w in (a.workers or ())]
             s.execute(delete(AllocationRow))
             for row in rows:
                 if row.status in (JobStatus.RUNNING.value, JobStatus.SUSPENDED.value):
@@ -439,4 +453,4 @@ class Store:
                     row.status = JobStatus.SUSPENDED.value
                 row.share = 0
                 row.admitted = True
-            return [_job(r) for r in rows]
+            return [_job(r) for r in rows], workers

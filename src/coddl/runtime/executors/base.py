@@ -71,7 +71,18 @@ class WorkerLostEvent:
     restarts: int
 
 
-ExecutorEvent = Union[ProgressEvent, AppliedEvent, ExitEvent, WorkerLostEvent]
+@dataclass(frozen=True, slots=True)
+class WorkersEvent:
+    """The job's worker processes changed. Each record names the slot, the pid and what identifies
+    the process beyond its pid (local: its start time; Ray: its node), so that operators can find
+    them and a restarted controller can tell its predecessor's orphans from recycled pids."""
+
+    job_id: JobId
+    at: float
+    workers: tuple[dict, ...]
+
+
+ExecutorEvent = Union[ProgressEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent]
 
 
 @dataclass
@@ -91,6 +102,9 @@ class Executor(Protocol):
         """Carry out the plan (asynchronously, in order with earlier plans and cancels)."""
 
     def cancel(self, job_id: JobId) -> None: ...
+
+    def reap(self, workers: list[dict]) -> int:
+        """Kill workers a previous controller left behind (records from WorkersEvent); returns how many."""
 
     def events(self) -> list[ExecutorEvent]: ...
 

@@ -4,11 +4,12 @@ The local and the Ray executor differ only in where a worker process starts (the
 how the job's store is reached (``host``); everything else — ordering, resizing in place, noticing
 exits and lost workers, reporting progress — is this one class.
 
-Ordering: plans and cancels are carried out in the order they were given, by one applier thread, and
-within a plan every action that frees GPUs (suspend, shrink) completes before any action that takes
-GPUs (start, resume, grow, migrate), so a GPU is never used by two jobs at once. Actions on
-different jobs within a phase run in parallel (a resize takes about a second; four in a row would
-quadruple the pause).
+Ordering without stalls: ``apply`` returns at once; each operation (an action, a cancel, closing a
+finished job, re-growing after a lost worker) runs in its own thread once its dependencies are done:
+the previous operation on the same job (a job's operations happen in the order given), and, for each
+GPU it takes, the operation that made the previous holder let go of that GPU (a GPU is never used
+by two jobs at once). Nothing else waits, so a slow resize of one job holds up only that job and
+whoever gets its GPUs next — never the whole cluster.
 
 Keeping the allocation: after a worker dies the job continues on the survivors, with fewer workers
 than GPUs allocated to it. The allocation did not change, so the monitor re-grows the job onto its
@@ -18,10 +19,9 @@ allocated slots — carrying out the standing plan, not deciding a new one.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -39,10 +39,12 @@ from coddl.runtime.executors.base import (
     LaunchSpec,
     ProgressEvent,
     WorkerLostEvent,
+    WorkersEvent,
 )
 
 _RELEASES = (ActionKind.SUSPEND, ActionKind.SHRINK)
 _BUSY = (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING)
+FINISH_GRACE_S = 10.0  # after training ended, how long workers may take to exit on their own
 
 
 @dataclass(frozen=True)
@@ -58,22 +60,25 @@ class ExecutorSettings:
     threads: int = 1  # torch threads per worker
 
 
+def _done() -> Future:
+    f: Future = Future()
+    f.set_result(None)
+    return f
+
+
 @dataclass(eq=False)
 class _Running:
-    """A job the executor holds: its handle and the allocation it was last told to carry out."""
+    """A job the executor holds: its handle, the allocation it was told about, its operation chain."""
 
     job: ElasticJob
-    slots: tuple[int, ...] = ()
+    target: tuple[int, ...] = ()  # GPUs after the newest dispatched action
+    slots: tuple[int, ...] = ()  # GPUs after the newest completed action
     cores: tuple[int, ...] = ()
-    lock: threading.Lock = field(default_factory=threading.Lock)  # one action (or heal) at a time
+    chain: Future = field(default_factory=_done)  # the newest operation on this job
     progress_time: float = 0.0
     failures: int = 0
     pinned: dict[int, int] = field(default_factory=dict)  # slot → pid whose affinity was set
-
-
-@dataclass(frozen=True)
-class _Cancel:
-    job_id: JobId
+    trained_since: float | None = None  # monotonic time the job's training was first seen complete
 
 
 class ElasticExecutor:
@@ -90,14 +95,11 @@ class ElasticExecutor:
         self._host = host
         self._launches: dict[JobId, LaunchSpec] = {}
         self._jobs: dict[JobId, _Running] = {}
+        self._gpu_free_after: dict[int, Future] = {}  # GPU → the operation that releases it
         self._lock = threading.Lock()
         self._events: list[ExecutorEvent] = []
-        self._work: queue.Queue[Plan | _Cancel | None] = queue.Queue()
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="coddl-action")
         self._closed = threading.Event()
-        self._applier = threading.Thread(target=self._apply_loop, name="coddl-applier", daemon=True)
         self._monitor = threading.Thread(target=self._monitor_loop, name="coddl-monitor", daemon=True)
-        self._applier.start()
         self._monitor.start()
 
     # ------------------------------------------------------------------ the contract
@@ -106,11 +108,28 @@ class ElasticExecutor:
             self._launches[launch.job_id] = launch
 
     def apply(self, plan: Plan) -> None:
-        if plan.actions:
-            self._work.put(plan)
+        """Dispatch the plan's actions (frees before takes) and return; see the module docstring."""
+        actions = sorted(plan.actions, key=lambda a: a.kind not in _RELEASES)
+        with self._lock:
+            for a in actions:
+                r = self._jobs.get(a.job_id)
+                if r is None:
+                    if a.job_id not in self._launches:
+                        continue  # the job has already left; its exit event is on the way
+                    r = self._open(a.job_id)
+                taken = set(a.new) - set(r.target)
+                deps = [r.chain] + [self._gpu_free_after[g] for g in taken if g in self._gpu_free_after]
+                r.chain = self._after(deps, self._act, r, a)
+                for g in set(r.target) - set(a.new):
+                    self._gpu_free_after[g] = r.chain
+                r.target = a.new
 
     def cancel(self, job_id: JobId) -> None:
-        self._work.put(_Cancel(job_id))
+        with self._lock:
+            self._launches.pop(job_id, None)
+            r = self._jobs.pop(job_id, None)
+            if r is not None:
+                self._retire(r, self._stop_and_close)
 
     def events(self) -> list[ExecutorEvent]:
         with self._lock:
@@ -122,76 +141,57 @@ class ElasticExecutor:
                  for i, n in enumerate(self.cluster.nodes)]
         return ExecutorInfo(self.kind, nodes)
 
-    def worker_pids(self, job_id: JobId) -> dict[int, int]:
-        """slot → pid of each worker of a job (for operators, and for tests that kill one)."""
-        r = self._jobs.get(job_id)
-        return r.job.worker_pids() if r is not None else {}
+    def reap(self, workers: list[dict]) -> int:
+        """Workers of a previous controller (see WorkersEvent); only a local executor can reach them."""
+        return 0
 
     def close(self) -> None:
-        """Stop every job (rank 0 checkpoints) and the threads; no worker outlives the executor."""
+        """Stop every job (rank 0 checkpoints) and the monitor; no worker outlives the executor."""
         self._closed.set()
-        self._work.put(None)
-        self._applier.join(timeout=60)
         self._monitor.join(timeout=10)
         with self._lock:
             jobs, self._jobs = list(self._jobs.values()), {}
-        for r in jobs:
-            try:
-                r.job.stop(grace_s=10)
-            finally:
-                r.job.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+            for r in jobs:
+                self._retire(r, self._stop_and_close)
+            pending = [r.chain for r in jobs]
+        wait(pending, timeout=120)
 
     # ------------------------------------------------------------------ hooks for subclasses
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         """Restrict each worker to the job's cores on its node (no cores: leave it alone)."""
 
-    # ------------------------------------------------------------------ applier
+    def _worker_record(self, slot: int, pid: int) -> dict:
+        return {"slot": slot, "pid": pid}
+
+    # ------------------------------------------------------------------ operations
+    def _after(self, deps: list[Future], fn: Callable, *args: object) -> Future:
+        """Run ``fn(*args)`` in a new thread once every dependency has completed (ok or not)."""
+        fut: Future = Future()
+
+        def run() -> None:
+            wait(deps)
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - delivered through the future
+                fut.set_exception(e)
+
+        threading.Thread(target=run, name="coddl-op", daemon=True).start()
+        return fut
+
+    def _retire(self, r: _Running, fn: Callable[[_Running], None]) -> None:
+        """Queue the job's last operation; its GPUs are free once that has run. Caller holds _lock."""
+        r.chain = self._after([r.chain], fn, r)
+        for g in r.target:
+            self._gpu_free_after[g] = r.chain
+        r.target = ()
+
     def _emit(self, ev: ExecutorEvent) -> None:
         with self._lock:
             self._events.append(ev)
         self.notify()
 
-    def _apply_loop(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None:
-                return
-            if isinstance(item, _Cancel):
-                self._cancel(item.job_id)
-                continue
-            releases = [a for a in item.actions if a.kind in _RELEASES]
-            takes = [a for a in item.actions if a.kind not in _RELEASES]
-            for phase in (releases, takes):
-                list(self._pool.map(self._act, phase))
-
-    def _act(self, a: Action) -> None:
-        try:
-            r = self._jobs.get(a.job_id)
-            if r is None:
-                r = self._open(a.job_id)
-            with r.lock:
-                phase = self._settle(r.job)
-                if phase in (JobPhase.FINISHED, JobPhase.FAILED):
-                    return  # the monitor reports the exit; nothing left to move
-                t0 = time.perf_counter()
-                if a.kind is ActionKind.SUSPEND:
-                    r.job.stop()
-                elif a.kind is ActionKind.RECORE or set(a.new) == set(r.slots) and phase is JobPhase.RUNNING:
-                    pass  # same GPUs: only the cores change (pinned below)
-                elif phase in (JobPhase.IDLE, JobPhase.STOPPED):
-                    r.job.start(a.new)
-                else:
-                    r.job.resize(a.new)
-                seconds = time.perf_counter() - t0
-                r.slots, r.cores = a.new, a.cores
-                if a.new:
-                    self._repin(r)
-            self._emit(AppliedEvent(a.job_id, a.kind.value, a.new, seconds, time.time()))
-        except Exception as e:  # noqa: BLE001 - any failure to carry out an action fails the job, with the reason
-            self._fail(a.job_id, f"{a.kind.value} onto GPUs {list(a.new)} failed: {e}")
-
     def _open(self, job_id: JobId) -> _Running:
+        """A handle for a job about to start (caller holds _lock)."""
         launch = self._launches[job_id]
         s = self.settings
         config = JobConfig(
@@ -200,9 +200,30 @@ class ElasticExecutor:
             max_restarts=s.max_restarts, start_timeout_s=s.start_timeout_s, host=self._host, threads=s.threads,
         )
         r = _Running(ElasticJob(config, self._launcher))
-        with self._lock:
-            self._jobs[job_id] = r
+        self._jobs[job_id] = r
         return r
+
+    def _act(self, r: _Running, a: Action) -> None:
+        if self._jobs.get(a.job_id) is not r:
+            return  # failed or cancelled since this action was dispatched
+        try:
+            phase = self._settle(r.job)
+            if phase in (JobPhase.FINISHED, JobPhase.FAILED) or r.job.coordinator.finished():
+                return  # training is over: the monitor reports the exit; nothing left to move
+            t0 = time.perf_counter()
+            if a.kind is ActionKind.SUSPEND:
+                r.job.stop()
+            elif phase in (JobPhase.IDLE, JobPhase.STOPPED):
+                r.job.start(a.new)
+            elif set(a.new) != set(r.slots):
+                r.job.resize(a.new)
+            seconds = time.perf_counter() - t0  # same GPUs (RECORE): only the pinning below changes
+            r.slots, r.cores = a.new, a.cores
+            if a.new:
+                self._repin(r)
+            self._emit(AppliedEvent(a.job_id, a.kind.value, a.new, seconds, time.time()))
+        except Exception as e:  # noqa: BLE001 - failing to carry out an action fails the job, with the reason
+            self._fail(a.job_id, f"{a.kind.value} onto GPUs {list(a.new)} failed: {e}")
 
     def _settle(self, job: ElasticJob) -> JobPhase:
         """Wait out a start, resize or recovery in progress (the job cannot be moved mid-change)."""
@@ -211,31 +232,42 @@ class ElasticExecutor:
             time.sleep(0.02)
         return phase
 
-    def _cancel(self, job_id: JobId) -> None:
-        with self._lock:
-            r = self._jobs.pop(job_id, None)
-            self._launches.pop(job_id, None)
-        if r is None:
-            return
-        with r.lock:
-            try:
-                r.job.stop(grace_s=10)
-            finally:
-                r.job.close()
+    @staticmethod
+    def _stop_and_close(r: _Running) -> None:
+        try:
+            r.job.stop(grace_s=10)
+        finally:
+            r.job.close()
+
+    @staticmethod
+    def _close(r: _Running) -> None:
+        r.job.close()
 
     def _fail(self, job_id: JobId, message: str) -> None:
+        """Give up on a job from inside one of its operations (the job's later operations, if any,
+        find it closed and fail quietly)."""
         with self._lock:
-            r = self._jobs.pop(job_id, None)
             self._launches.pop(job_id, None)
+            r = self._jobs.pop(job_id, None)
         if r is not None:
             r.job.close()
         self._emit(ExitEvent(job_id, finished=False, at=time.time(), message=message))
 
     def _repin(self, r: _Running) -> None:
+        """Pin new worker processes to the job's cores and report them (the store keeps the list)."""
         pids = r.job.worker_pids()
         if pids != r.pinned:
             self._pin(pids, r.cores)
             r.pinned = pids
+            records = tuple(self._worker_record(slot, pid) for slot, pid in sorted(pids.items()))
+            self._emit(WorkersEvent(r.job.config.job_id, time.time(), records))
+
+    def _heal(self, r: _Running) -> None:
+        """Bring a job that lost a worker back onto its whole allocation."""
+        if self._settle(r.job) is JobPhase.RUNNING and not r.job.coordinator.finished():
+            seconds = r.job.resize(r.slots)
+            self._repin(r)
+            self._emit(AppliedEvent(r.job.config.job_id, "heal", r.slots, seconds, time.time()))
 
     # ------------------------------------------------------------------ monitor
     def _monitor_loop(self) -> None:
@@ -255,39 +287,33 @@ class ElasticExecutor:
         if rep.failures > r.failures:
             r.failures = rep.failures
             self._emit(WorkerLostEvent(job_id, time.time(), rep.failures, rep.restarts))
-        if rep.phase is JobPhase.FINISHED or rep.phase is JobPhase.FAILED:
-            if not r.lock.acquire(blocking=False):
-                return  # an action is finishing with this job; look again next round
-            try:
-                with self._lock:
-                    self._jobs.pop(job_id, None)
-                    launch = self._launches.pop(job_id, None)
-                r.job.close()
-            finally:
-                r.lock.release()
-            finished = rep.phase is JobPhase.FINISHED
-            message = None if finished else _last_error(launch.job_dir if launch else None)
-            self._emit(ExitEvent(job_id, finished=finished, at=time.time(), message=message))
+        trained = rep.phase is JobPhase.FINISHED or self._trained_for(r) > FINISH_GRACE_S
+        if trained or rep.phase is JobPhase.FAILED:
+            with self._lock:
+                launch = self._launches.pop(job_id, None)
+                if self._jobs.pop(job_id, None) is None:
+                    return  # cancelled or failed meanwhile
+                self._retire(r, self._close)
+            message = None if trained else _last_error(launch.job_dir if launch else None)
+            self._emit(ExitEvent(job_id, finished=trained, at=time.time(), message=message))
             return
-        if rep.phase is JobPhase.RUNNING and r.slots and r.lock.acquire(blocking=False):
-            # lock handed to the heal, which releases it
+        if rep.phase is JobPhase.RUNNING and r.chain.done() and r.slots:
             if set(rep.slots) != set(r.slots):
-                self._pool.submit(self._heal, job_id, r)
+                with self._lock:
+                    r.chain = self._after([r.chain], self._heal, r)
             else:
                 self._repin(r)
-                r.lock.release()
 
-    def _heal(self, job_id: JobId, r: _Running) -> None:
-        """Bring a job that lost a worker back onto its whole allocation."""
-        try:
-            if self._settle(r.job) is JobPhase.RUNNING:
-                seconds = r.job.resize(r.slots)
-                self._repin(r)
-                self._emit(AppliedEvent(job_id, "heal", r.slots, seconds, time.time()))
-        except Exception:  # noqa: BLE001 - the job may have finished meanwhile; the next round looks again
-            pass
-        finally:
-            r.lock.release()
+    @staticmethod
+    def _trained_for(r: _Running) -> float:
+        """Seconds since rank 0 recorded the end of training. Workers that joined a resize posted
+        just before the end wait for members that have already left; once training is over they
+        have nothing to do, so the job counts as finished after a grace period (and is closed)."""
+        if not r.job.coordinator.finished():
+            return 0.0
+        if r.trained_since is None:
+            r.trained_since = time.monotonic()
+        return time.monotonic() - r.trained_since
 
 
 def _last_error(job_dir: Path | None) -> str:

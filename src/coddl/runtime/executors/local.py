@@ -9,8 +9,10 @@ already imported torch, so starting or growing a job does not pay the 3-4 s torc
 from __future__ import annotations
 
 import os
+import signal
 import socket
 
+import psutil
 import torch
 
 from coddl.core.cluster import Cluster, GpuType, Node
@@ -39,3 +41,25 @@ class LocalExecutor(ElasticExecutor):
 
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         local_pin(pids, cores)
+
+    def _worker_record(self, slot: int, pid: int) -> dict:
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.Error:
+            started = None
+        return {"slot": slot, "pid": pid, "started": started}
+
+    def reap(self, workers: list[dict]) -> int:
+        """SIGKILL the listed workers that still run: same pid AND same start time, so a recycled pid
+        is never touched. Without this, workers of a killed controller could train on (and write a
+        checkpoint) next to their own restarted job."""
+        killed = 0
+        for w in workers:
+            try:
+                p = psutil.Process(w["pid"])
+                if w.get("started") is not None and p.create_time() == w["started"]:
+                    os.kill(w["pid"], signal.SIGKILL)
+                    killed += 1
+            except (psutil.Error, ProcessLookupError, KeyError):
+                continue
+        return killed

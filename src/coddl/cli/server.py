@@ -1,0 +1,212 @@
+"""The real system's commands: ``server start``, ``submit``, ``jobs``, ``show``, ``logs``, ``cancel``,
+``cluster status``, ``token create`` and ``demo``. ``register(app)`` adds them to the ``coddl`` app.
+
+Client commands find the server and token from ``--server``/``--token``, ``CODDL_SERVER``/
+``CODDL_TOKEN`` or the state directory's ``client.json`` (see ``coddl.runtime.client``). User
+mistakes (a bad job file, a bad option) exit 2 with one line; a request the server refuses exits 1
+with the server's one-line reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from coddl.cli.errors import err_console, fail
+
+console = Console()
+
+ServerOpt = typer.Option(None, "--server", envvar="CODDL_SERVER", help="server URL (default: from the state dir)")
+TokenOpt = typer.Option(None, "--token", envvar="CODDL_TOKEN", help="API token (default: from the state dir)")
+StateOpt = typer.Option(None, "--state-dir", envvar="CODDL_STATE_DIR", help="state directory (default ~/.coddl)")
+
+
+def _client(server: str | None, token: str | None, state_dir: Path | None):  # noqa: ANN202 - Client
+    from coddl.runtime.client import Client, resolve
+
+    return Client(resolve(server, token, state_dir))
+
+
+def _refused(e: Exception) -> typer.Exit:
+    err_console.print(f"[red]error:[/red] {e}", soft_wrap=True)
+    return typer.Exit(1)
+
+
+def server_start(
+    gpus: int = typer.Option(8, "--gpus", help="GPUs (slots) of the local executor"),
+    executor: str = typer.Option("local", "--executor", help="local | ray"),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="HOST:PORT of the Ray cluster (ray executor)"),
+    policy: str = typer.Option("afs-p", "--policy", help="scheduling policy, e.g. afs-p or max-min (see `coddl policies`)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(8470, "--port", help="port to listen on (0: any free port)"),
+    state_dir: Optional[Path] = StateOpt,
+    database: Optional[str] = typer.Option(None, "--database", help="SQLAlchemy URL (default: SQLite in the state dir)"),
+    checkpoint_s: float = typer.Option(30.0, "--checkpoint-s", help="seconds between a job's periodic checkpoints"),
+    period_s: float = typer.Option(5.0, "--period-s", help="how often the policy re-runs with corrected throughputs"),
+) -> None:
+    """Run the scheduler, its workers and the REST API until interrupted (jobs resume on the next start)."""
+    import logging
+
+    from coddl.policies.registry import PolicySpecError
+    from coddl.runtime.controller import ControllerSettings
+    from coddl.runtime.errors import ConfigError
+    from coddl.runtime.executors.driver import ExecutorSettings
+    from coddl.runtime.paths import default_state_dir
+    from coddl.runtime.server import ServerConfig, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = ServerConfig(state_dir=state_dir or default_state_dir(), gpus=gpus, executor=executor,
+                          ray_address=ray_address, policy=policy, host=host, port=port, database=database,
+                          controller=ControllerSettings(period_s=period_s),
+                          workers=ExecutorSettings(checkpoint_s=checkpoint_s))
+    try:
+        serve(config, announce=console.print)
+    except (ConfigError, PolicySpecError) as e:
+        raise fail(str(e)) from None
+
+
+def submit(job_file: Path = typer.Argument(..., help="job YAML"), server: Optional[str] = ServerOpt,
+           token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
+    """Submit a job file."""
+    from coddl.runtime.client import ClientError
+    from coddl.runtime.spec import SpecError, load_job
+
+    try:
+        job = load_job(job_file)
+    except SpecError as e:
+        raise fail(str(e)) from None
+    try:
+        with _client(server, token, state_dir) as c:
+            row = c.submit(job)
+    except ClientError as e:
+        raise _refused(e) from None
+    console.print(f"submitted job [bold]{row['id']}[/bold] ({row['name']}, user {row['owner']})")
+
+
+def jobs(server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
+         state_dir: Optional[Path] = StateOpt) -> None:
+    """List your jobs (an admin sees everyone's)."""
+    from coddl.runtime.client import ClientError
+    from coddl.runtime.render import jobs_table
+
+    try:
+        with _client(server, token, state_dir) as c:
+            rows = c.jobs()
+    except ClientError as e:
+        raise _refused(e) from None
+    console.print(jobs_table(rows) if rows else "no jobs")
+
+
+def show(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
+         token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
+    """One job: its state, progress, loss and history (resizes with their latency)."""
+    from coddl.runtime.client import ClientError
+    from coddl.runtime.render import job_view
+
+    try:
+        with _client(server, token, state_dir) as c:
+            job = c.job(job_id)
+    except ClientError as e:
+        raise _refused(e) from None
+    console.print(job_view(job))
+
+
+def logs(job_id: int = typer.Argument(..., metavar="JOB"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+         server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
+         state_dir: Optional[Path] = StateOpt) -> None:
+    """Print a job's worker output, each line tagged with its worker."""
+    from coddl.runtime.client import ClientError
+
+    try:
+        with _client(server, token, state_dir) as c:
+            for line in c.logs(job_id, follow):
+                typer.echo(line)
+    except ClientError as e:
+        raise _refused(e) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def cancel(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
+           token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
+    """Cancel a job (it stops at its next step)."""
+    from coddl.runtime.client import ClientError
+
+    try:
+        with _client(server, token, state_dir) as c:
+            row = c.cancel(job_id)
+    except ClientError as e:
+        raise _refused(e) from None
+    console.print(f"cancelling job {row['id']} ({row['name']})")
+
+
+def cluster_status(server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
+                   state_dir: Optional[Path] = StateOpt) -> None:
+    """The live cluster: nodes, which job holds each GPU, jobs by state."""
+    from coddl.runtime.client import ClientError
+    from coddl.runtime.render import cluster_view
+
+    try:
+        with _client(server, token, state_dir) as c:
+            view = c.cluster()
+    except ClientError as e:
+        raise _refused(e) from None
+    console.print(cluster_view(view))
+
+
+def token_create(user: str = typer.Argument(..., help="who the token is for"),
+                 admin: bool = typer.Option(False, "--admin", help="may see and cancel every user's jobs"),
+                 state_dir: Optional[Path] = StateOpt,
+                 database: Optional[str] = typer.Option(None, "--database", help="SQLAlchemy URL (default: the state dir's)")) -> None:
+    """Create an API token (printed once; only its hash is stored). Needs access to the state dir."""
+    from coddl.runtime.paths import default_state_dir
+    from coddl.runtime.store import Store, sqlite_url
+
+    if not user.strip() or len(user) > 64:
+        raise fail(f"USER: must be 1-64 characters, got {user!r}")
+    sd = state_dir or default_state_dir()
+    store = Store(database) if database else Store.for_state_dir(sd)
+    try:
+        typer.echo(store.create_token(user, admin=admin))
+    finally:
+        store.close()
+    err_console.print(f"token for {user}{' (admin)' if admin else ''} stored in {database or sqlite_url(sd)}")
+
+
+def demo(policy: str = typer.Option("afs-p", "--policy", help="scheduling policy"),
+         examples: Optional[Path] = typer.Option(None, "--examples", help="directory with train_mlp.py and train_cnn.py")) -> None:
+    """Six real training jobs on 4 logical GPUs, re-divided live as they arrive and finish (< 3 min)."""
+    from coddl.policies.registry import PolicySpecError
+    from coddl.runtime.demo import run_demo, summary
+    from coddl.runtime.errors import ConfigError
+
+    try:
+        result = run_demo(console, policy=policy, examples=examples)
+    except (ConfigError, PolicySpecError) as e:
+        raise fail(str(e)) from None
+    console.print(summary(result))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the real system's commands to ``app``; ``cluster status`` joins an existing ``cluster``
+    group (the cluster-spec commands) or becomes ``cluster`` when there is none."""
+    server_app = typer.Typer(help="run the coddl server", no_args_is_help=True, add_completion=False,
+                             pretty_exceptions_enable=False)
+    server_app.command("start")(server_start)
+    app.add_typer(server_app, name="server")
+    token_app = typer.Typer(help="API tokens", no_args_is_help=True, add_completion=False,
+                            pretty_exceptions_enable=False)
+    token_app.command("create")(token_create)
+    app.add_typer(token_app, name="token")
+    for name, fn in (("submit", submit), ("jobs", jobs), ("show", show), ("logs", logs), ("cancel", cancel),
+                     ("demo", demo)):
+        app.command(name)(fn)
+    group = next((g for g in app.registered_groups if g.name == "cluster"), None)
+    if group is not None and group.typer_instance is not None:
+        group.typer_instance.command("status")(cluster_status)
+    else:
+        app.command("cluster")(cluster_status)

@@ -1,0 +1,215 @@
+"""``RayExecutor``: the same executor with its workers on the nodes of a Ray cluster.
+
+One ``NodeAgent`` actor per Ray node owns that node's GPUs (it reserves them from Ray) and its worker
+processes: it forks them from its own warm pool, exactly as the local executor does on one host, and
+runs the same worker protocol (``coddl.elastic``). Each job's coordinator — its TCPStore and the
+``ElasticJob`` that posts memberships — stays in the controller; only worker processes live on the
+nodes, and they reach the store at the controller's address.
+
+Placement is ours, not Ray's: the scheduler's cluster is built from the Ray nodes that have GPUs
+(sorted by address and node id, so the order is stable), our node i is the Ray node whose agent is
+pinned there with a hard node-affinity strategy, and a worker for global GPU g is started by the
+agent of the node that owns g, on that node's GPU g − first GPU of the node.
+
+Caveats: a job's directory (checkpoint, logs) must be on a filesystem every node sees, for a job to
+restart on another node and for ``coddl logs`` to show remote output; a script path must exist on
+every node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from coddl.core.cluster import Cluster, GpuType, Node
+from coddl.elastic.pool import WorkerHandle
+from coddl.elastic.worker import WorkerSpec
+from coddl.runtime.errors import ConfigError
+from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
+
+# The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
+# worker bootstrap, which must not run again inside the fork server).
+AGENT_PRELOAD = ("torch", "torch._dynamo", "coddl.elastic.session", "coddl.elastic.worker")
+
+
+def _import_ray(address: str):  # noqa: ANN202 - the ray module
+    """Import ray for ``address``. For a loopback address Ray would rewrite 127.0.0.1 to the host's
+    public address, which a Ray cluster bound to loopback does not answer (ray-project/ray#59110);
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps it on loopback. Ray reads it at import time."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
+        if "ray" in sys.modules and os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
+            raise ConfigError("a loopback Ray address needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 set before ray "
+                              "is imported")
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+
+    return ray
+
+
+class NodeAgent:
+    """Runs on one Ray node (as an actor): starts, waits for, kills and pins that node's workers."""
+
+    def __init__(self, first_gpu: int) -> None:
+        import ray
+
+        from coddl.elastic.pool import WorkerPool
+
+        self._first_gpu = first_gpu
+        self._gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # the physical GPUs Ray reserved for us
+        self._pool = WorkerPool(AGENT_PRELOAD)
+        self._procs: dict[int, object] = {}
+
+    def warm(self) -> float:
+        return self._pool.warm()
+
+    def launch(self, spec: WorkerSpec) -> int:
+        local = int(spec.env["CODDL_SLOT"]) - self._first_gpu
+        env = dict(spec.env)
+        if self._gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = self._gpu_ids[local]
+        cwd = spec.cwd if os.path.isdir(spec.cwd) else os.getcwd()
+        if spec.log_path:
+            Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+        p = self._pool.launch(replace(spec, env=env, cwd=cwd))
+        self._procs[p.pid] = p
+        return p.pid
+
+    def wait(self, pid: int) -> int | None:
+        p = self._procs[pid]
+        p.join()
+        del self._procs[pid]
+        return p.exitcode
+
+    def kill(self, pid: int) -> None:
+        p = self._procs.get(pid)
+        if p is not None:
+            p.kill()
+
+    def pin(self, pids: list[int], cores: list[int]) -> None:
+        for pid in pids:
+            try:
+                os.sched_setaffinity(pid, cores)
+            except OSError:
+                pass  # exited meanwhile, or cores this node does not have
+
+    def shutdown(self) -> None:
+        for p in list(self._procs.values()):
+            p.kill()
+
+
+class RemoteWorker:
+    """A worker on another node, presented as a local WorkerHandle: a thread waits for the agent to
+    report the exit and then makes a local pipe readable, which is the sentinel ``ElasticJob``
+    watches. A node that disappears counts as a worker killed by SIGKILL."""
+
+    def __init__(self, ray, agent, pid: int) -> None:  # noqa: ANN001 - ray module and actor handle
+        self.pid = pid
+        self._ray = ray
+        self._agent = agent
+        self._exitcode: int | None = None
+        self._done = threading.Event()
+        self._read, self._write = os.pipe()
+        threading.Thread(target=self._wait, name=f"remote-worker-{pid}", daemon=True).start()
+
+    @property
+    def sentinel(self) -> int:
+        return self._read
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._exitcode
+
+    def _wait(self) -> None:
+        try:
+            code = self._ray.get(self._agent.wait.remote(self.pid))
+        except Exception:  # noqa: BLE001 - the actor or its node is gone: the worker is gone too
+            code = -9
+        self._exitcode = -9 if code is None else code
+        self._done.set()
+        os.write(self._write, b"x")
+
+    def kill(self) -> None:
+        self._agent.kill.remote(self.pid)
+
+    def join(self, timeout: float | None = None) -> None:
+        self._done.wait(timeout)
+
+    def __del__(self) -> None:
+        for fd in (self._read, self._write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class RayLauncher:
+    """Starts each worker through the agent of the node that owns the worker's GPU slot."""
+
+    def __init__(self, ray, agents: list, cluster: Cluster) -> None:  # noqa: ANN001 - ray module
+        self._ray = ray
+        self._agents = agents
+        self._node_of_gpu = cluster.node_of_gpu
+
+    def launch(self, spec: WorkerSpec) -> WorkerHandle:
+        agent = self._agents[int(self._node_of_gpu[int(spec.env["CODDL_SLOT"])])]
+        return RemoteWorker(self._ray, agent, self._ray.get(agent.launch.remote(spec)))
+
+
+def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
+    """Our cluster from the live Ray nodes with GPUs, and the Ray node id of each of our nodes."""
+    alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
+    alive.sort(key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
+    if not alive:
+        raise ConfigError("the Ray cluster has no node with GPUs (start nodes with --num-gpus)")
+    nodes = tuple(Node(name=f"{n['NodeManagerAddress']}/{n['NodeID'][:6]}", gpus=int(n["Resources"]["GPU"]),
+                       gpu_type="ray", cpus=int(n["Resources"].get("CPU", 0))) for n in alive)
+    return Cluster(nodes=nodes, gpu_types={"ray": GpuType("ray")}), [n["NodeID"] for n in alive]
+
+
+class RayExecutor(ElasticExecutor):
+    kind = "ray"
+
+    def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings()) -> None:
+        ray = _import_ray(address)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray.init(address=address, namespace="coddl", logging_level=logging.WARNING, log_to_driver=False)
+        self._ray = ray
+        cluster, node_ids = ray_cluster(ray)
+        actor = ray.remote(NodeAgent)
+        self._agents = [
+            actor.options(num_cpus=0, num_gpus=node.gpus, max_concurrency=1024,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+            .remote(int(cluster.node_first_gpu[i]))
+            for i, (node, node_id) in enumerate(zip(cluster.nodes, node_ids))
+        ]
+        ray.get([a.warm.remote() for a in self._agents])
+        host = ray.util.get_node_ip_address()  # where the nodes reach this controller's job stores
+        super().__init__(cluster, RayLauncher(ray, self._agents, cluster), host, settings)
+
+    def _worker_record(self, slot: int, pid: int) -> dict:
+        return {"slot": slot, "pid": pid, "node": self.cluster.nodes[int(self.cluster.node_of_gpu[slot])].name}
+
+    def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
+        if not cores:
+            return
+        c = self.cluster
+        for node in {int(c.node_of_gpu[slot]) for slot in pids}:
+            first = int(c.node_first_core[node])
+            local = [x - first for x in cores if int(c.node_of_core[x]) == node]
+            mine = [pid for slot, pid in pids.items() if int(c.node_of_gpu[slot]) == node]
+            self._agents[node].pin.remote(mine, local)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._ray.get([a.shutdown.remote() for a in self._agents])
+            for a in self._agents:
+                self._ray.kill(a)
+            self._ray.shutdown()
