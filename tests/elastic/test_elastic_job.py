@@ -18,6 +18,7 @@ import pytest
 from coddl.elastic.data import Position, SampleOrder
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import WorkerPool
+from coddl.elastic.protocol import Progress
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +48,14 @@ def wait_for_step(job: ElasticJob, step: int, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
+def wait_for_generation(job: ElasticJob, generation: int, timeout: float = 60.0) -> Progress:
+    deadline = time.monotonic() + timeout
+    while (p := job.poll().progress) is None or p.generation < generation:
+        assert time.monotonic() < deadline, f"no progress report from generation {generation}: {job.poll()}"
+        time.sleep(0.01)
+    return p
+
+
 def assert_replicas_identical(job: ElasticJob, generation: int, world: int) -> None:
     """Every rank of ``generation`` reported the same hash of its model and optimizer state."""
     hashes = job.coordinator.state_hashes(generation, world)
@@ -72,6 +81,8 @@ def test_grow_and_shrink_in_place_lose_and_repeat_no_sample(tmp_path: Path, pool
         assert job.resize([0, 1, 2]) < 10
         assert job.poll().slots == (0, 1, 2)
         assert_replicas_identical(job, generation=2, world=3)
+        grown = wait_for_generation(job, 2)
+        assert grown.world_size == 3 and grown.global_batch == GLOBAL_BATCH and 0 < grown.regroup_s < 10
         wait_for_step(job, 40)
         assert job.resize([0]) < 10
         assert job.poll().slots == (0,)
