@@ -169,6 +169,8 @@ class ConsolidatingPlacer:
                     need = want - len(got)
         if need > 0:
             free = np.where(self._allowed(gpu_type, cores_per_gpu), self.gpu.node_free, 0)
+            if int(free.sum()) < need:  # the nodes with room for the cores cannot hold it: any node
+                free = np.where(self._allowed(gpu_type, 0), self.gpu.node_free, 0)
             if int(free.sum()) < need:
                 raise PlacementError(f"no free GPU left for {want} GPUs (type {gpu_type})")
             for node, count in self._shape(free, need):
