@@ -46,6 +46,8 @@ def job_json(j: JobView) -> dict[str, Any]:
 
 def _field_error(errors: list[dict]) -> str:
     e = errors[0]
+    if e.get("type") == "json_invalid":
+        return f"body: not valid JSON ({(e.get('ctx') or {}).get('error', 'decode error')})"
     loc = [str(p) for p in e.get("loc", ()) if p not in ("body", "path", "query")]
     where = ".".join(loc) or ("body" if e.get("loc", ("",))[0] == "body" else "request")
     msg = e.get("msg", "invalid")

@@ -1,0 +1,132 @@
+"""Helpers for the runtime tests: real servers, ``coddl server start`` as a subprocess on 127.0.0.1 with a free
+port and a state directory in tmp, real HTTP, real SQLite, real worker processes. Each server runs in
+its own process group so that teardown kills exactly what the test started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+TINY_JOB = Path(__file__).resolve().parent / "tiny_job.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def coddl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the ``coddl`` CLI as a user would (a fresh interpreter)."""
+    return subprocess.run([sys.executable, "-m", "coddl.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {}), "COLUMNS": "200"}, timeout=timeout)
+
+
+def tiny_job(name: str, steps: int, min_gpus: int = 1, max_gpus: int = 4, step_s: float = 0.05) -> dict[str, Any]:
+    return {"name": name, "command": ["python", str(TINY_JOB)], "steps": steps, "batch_size": 32,
+            "min_gpus": min_gpus, "max_gpus": max_gpus, "model": "tiny", "env": {"STEP_S": str(step_s)}}
+
+
+class Server:
+    """One ``coddl server start`` process; ``stop`` or ``kill`` it, ``cleanup`` kills its process group."""
+
+    def __init__(self, state_dir: Path, gpus: int = 4, policy: str = "max-min", extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "coddl.cli", "server", "start", "--gpus", str(gpus), "--port", str(self.port),
+               "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2", "--checkpoint-s", "2", *extra]
+        self.log_path = state_dir / f"server-{self.port}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, **(env or {})}, start_new_session=True)
+        self.pgid = self.proc.pid
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_for(self._ready, 180, f"the server on port {self.port} (log: {self.log_path})", interval=0.5)
+        self.admin_token = json.loads((state_dir / "client.json").read_text())["token"]
+        self.admin = self.client(self.admin_token)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        info = self.state_dir / "server.json"
+        if not info.is_file() or json.loads(info.read_text()).get("pid") != self.proc.pid:
+            return False
+        try:
+            return httpx.get(f"{self.url}/cluster", timeout=2).status_code == 401
+        except httpx.TransportError:
+            return False
+
+    def client(self, token: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def token(self, user: str, admin: bool = False) -> str:
+        r = coddl("token", "create", user, *(["--admin"] if admin else []), "--state-dir", str(self.state_dir))
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    def submit(self, job: dict[str, Any], client: httpx.Client | None = None) -> int:
+        r = (client or self.admin).post("/jobs", json=job)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        r = self.admin.get(f"/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait_job(self, job_id: int, predicate: Callable[[dict], bool], timeout: float, what: str) -> dict:
+        def check() -> dict | None:
+            j = self.job(job_id)
+            if j["terminal"] and not predicate(j):
+                raise AssertionError(f"job {job_id} ended {j['status']} ({j['message']}) before {what}")
+            return j if predicate(j) else None
+
+        return wait_for(check, timeout, f"job {job_id}: {what}", interval=0.5)
+
+    def kill(self) -> None:
+        """SIGKILL the server process only (its workers are left to the next server)."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def cleanup(self) -> None:
+        self.admin.close()
+        self.stop()
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
