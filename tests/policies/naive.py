@@ -99,7 +99,8 @@ def naive_tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.nda
         cands = [r for r in range(n) if s[r] < hi[r] and (lo[r] if s[r] == 0 else 1) <= budget]
         if not cands:
             break
-        k = key(np.array(cands), np.array([s[r] for r in cands])).tolist()
+        rows, levels = np.array(cands), np.array([s[r] for r in cands])
+        k = key(rows, levels, ctx.throughput(levels, rows)).tolist()
         order = sorted(range(len(cands)), key=lambda i: (k[i], int(tie[cands[i]])))
         w = cands[order[0]]
         for i in order[1:]:

@@ -53,10 +53,10 @@ def test_tournament_from_arbitrary_start_matches_naive() -> None:
         prio = rng.integers(0, 3, n).astype(float)  # repeated keys: the tie rank decides
         tie = rng.permutation(n)
         if rng.random() < 0.5:
-            def key(rows, levels):
+            def key(rows, levels, speed):
                 return prio[rows]
         else:
-            def key(rows, levels):
+            def key(rows, levels, speed):
                 return ctx.remaining_time(levels, rows)
         got = tournament(ctx, start, lo, hi, budget, key, tie).tolist()
         assert got == naive_tournament(ctx, start, lo, hi, budget, key, tie), f"seed {seed}"

@@ -38,7 +38,11 @@ class AfsL(Policy):
         tie = np.empty(n, dtype=np.int64)
         tie[np.lexsort((j.uid, ctx.remaining_time(lo)))] = np.arange(n)
 
-        def key(rows: np.ndarray, levels: np.ndarray) -> np.ndarray:
-            return ctx.remaining_time(levels, rows)
+        work = j.remaining
+
+        def key(rows: np.ndarray, levels: np.ndarray, speed: np.ndarray) -> np.ndarray:
+            """T_j(level) = W_j / P_j(level), ∞ at 0 GPUs (as ``Context.remaining_time``)."""
+            with np.errstate(divide="ignore"):
+                return np.where(speed > 0, work[rows] / np.where(speed > 0, speed, 1.0), np.inf)
 
         return tournament(ctx, np.zeros(n, dtype=np.int64), lo, hi, ctx.capacity, key, tie)

@@ -57,7 +57,7 @@ class AfsP(Policy):
         prio = self._priorities(ctx, book)
         self._book.store(j.uid, **book)
 
-        def key(rows: np.ndarray, levels: np.ndarray) -> np.ndarray:
+        def key(rows: np.ndarray, levels: np.ndarray, speed: np.ndarray) -> np.ndarray:
             return prio[rows]
 
         tie = np.argsort(np.argsort(prio, kind="stable"), kind="stable")

@@ -21,16 +21,17 @@ Why a bulk algorithm can decide exactly the same: within a round the incumbent a
 is a *chain* — the first token, then the first later token that dominates it, and so on — and the
 round's winner is the chain's end. Only the winner's token changes between rounds, so
 
-1. while candidates at 0 GPUs fit and every job above 0 has gain ≤ 1 (no step more than doubles
+1. if every candidate can reach its maximum with the GPUs left, all of them do;
+2. while candidates at 0 GPUs fit and every job above 0 has gain ≤ 1 (no step more than doubles
    its speed), every chain runs into the first job at 0 GPUs (loss 1 ≥ any such gain, gain ∞):
    those jobs get their minimum in visiting order, skipping ones that no longer fit — one sort;
-2. afterwards a *frame* fixes the chain's prefix c_0 … p: the next winners are the tokens after p
-   that dominate p, in order, as long as each is a chain end (nothing after it dominates it) and
-   each replacement token is *inert* (it lands where it neither joins the prefix nor dominates p).
-   Those conditions are checked per served GPU in O(1); the first doubt ends the frame and the
-   next frame recomputes the chain from scratch. A frame serves many GPUs, so the work per
-   decision is a few sorts, not a pass over all jobs per GPU.
-3. if every candidate can reach its maximum with the GPUs left, all of them do.
+3. afterwards a *frame* sorts the tokens once and follows the chain's prefix c_0 … p as a stack:
+   the next winners are p's dominators after p, in order, while each is a chain end and its
+   replacement token is *inert* (it neither joins the prefix nor dominates p); a dominator that
+   is not an end pushes onto the prefix, and once p's dominators are used up p is the winner and
+   pops. The checks per served GPU are O(1) comparisons of Python floats; anything the frame does
+   not cover (a token that moves later, GPUs too few for a job at 0) ends it, and the next frame
+   re-sorts. A decision is a few sorts plus constant work per GPU, not a pass over all jobs per GPU.
 
 ``tests/policies/test_tournament_equivalence.py`` keeps the naive version and checks both against
 each other on random cases with ties.
@@ -39,15 +40,15 @@ each other on random cases with ties.
 from __future__ import annotations
 
 import enum
-from bisect import bisect_right
 from typing import Callable
 
 import numpy as np
 
 from coddl.policies.base import Context, greedy_fit
 
-# key(rows, levels) -> visiting key of each job's token at that level (smaller visits first)
-KeyFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# key(rows, levels, speed) -> visiting key of each job's token at that level (smaller visits
+# first); ``speed`` is P_j(level) for those rows, already computed
+KeyFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def next_level(s: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -55,12 +56,18 @@ def next_level(s: np.ndarray, lo: np.ndarray) -> np.ndarray:
     return np.where(s == 0, lo, s + 1)
 
 
-def gain_loss(ctx: Context, rows: np.ndarray, s: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """gain and loss of the step from ``s`` for ``rows`` (the §2/§3 formulas, float for float)."""
-    p0 = ctx.throughput(s, rows)
-    p1 = ctx.throughput(next_level(s, lo[rows]), rows)
+def gain_loss(p0: np.ndarray, p1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """gain and loss of a step from speed p0 to p1 (the §2/§3 formulas, float for float)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         return (p1 - p0) / p0, (p1 - p0) / p1
+
+
+def tokens_at(ctx: Context, rows: np.ndarray, s: np.ndarray, lo: np.ndarray,
+              key: KeyFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Key, gain and loss of ``rows``' tokens at levels ``s``."""
+    p0 = ctx.throughput(s, rows)
+    g, l = gain_loss(p0, ctx.throughput(next_level(s, lo[rows]), rows))
+    return key(rows, s, p0), g, l
 
 
 def tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
@@ -82,7 +89,7 @@ def tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
             break
         zeros = cand[s[cand] == 0]
         if zeros.size and tokens is None and _zeros_lead(ctx, cand, s, lo, hi):
-            order = zeros[np.lexsort((tie[zeros], key(zeros, s[zeros])))]
+            order = zeros[np.lexsort((tie[zeros], key(zeros, s[zeros], ctx.throughput(s[zeros], zeros))))]
             got = greedy_fit(order, lo, budget)
             s[got] = lo[got]
             budget -= int(lo[got].sum())
@@ -100,7 +107,7 @@ def _zeros_lead(ctx: Context, cand: np.ndarray, s: np.ndarray, lo: np.ndarray, h
     first = cand[(s[cand] == 0) & (lo[cand] < hi[cand])]
     rows = np.concatenate([pos, first])
     levels = np.concatenate([s[pos], lo[first]])
-    gain, _ = gain_loss(ctx, rows, levels, lo)
+    gain, _ = gain_loss(ctx.throughput(levels, rows), ctx.throughput(levels + 1, rows))
     return bool((gain <= 1.0).all())
 
 
@@ -117,10 +124,12 @@ class _Tokens:
         self.ctx, self.lo, self.key = ctx, lo, key
         n = s.size
         self.width = w = int(min(max(int(hi.max()), 1), int(s.max()) + budget + 1, self.WIDTH))
-        rows = np.repeat(np.arange(n), w)
-        levels = np.tile(np.arange(w), n)
-        g, l = gain_loss(ctx, rows, levels, lo)
-        self.k, self.g, self.l = key(rows, levels).reshape(n, w), g.reshape(n, w), l.reshape(n, w)
+        rows = np.arange(n)[:, None]
+        speed = ctx.throughput(np.arange(w + 1)[None, :], rows)  # P_j(0 … w); from 0 the step is to min_j
+        nxt = speed[:, 1:].copy()
+        nxt[:, 0] = ctx.throughput(lo, rows[:, 0])
+        self.g, self.l = gain_loss(speed[:, :w], nxt)
+        self.k = key(np.broadcast_to(rows, (n, w)), np.broadcast_to(np.arange(w), (n, w)), speed[:, :w])
         self.cur_k, self.cur_g, self.cur_l = np.empty(n), np.empty(n), np.empty(n)
         self._far: dict[tuple[int, int], tuple[float, float, float]] = {}
         self.update(np.arange(n), s)
@@ -130,9 +139,8 @@ class _Tokens:
             return self.k.item(j, level), self.g.item(j, level), self.l.item(j, level)
         tok = self._far.get((j, level))
         if tok is None:
-            r, lv = np.array([j]), np.array([level])
-            g, l = gain_loss(self.ctx, r, lv, self.lo)
-            tok = self._far[j, level] = (self.key(r, lv).item(), g.item(), l.item())
+            k, g, l = tokens_at(self.ctx, np.array([j]), np.array([level]), self.lo, self.key)
+            tok = self._far[j, level] = (k.item(), g.item(), l.item())
         return tok
 
     def update(self, rows: np.ndarray, s: np.ndarray) -> None:
@@ -175,23 +183,22 @@ def _frame(tokens: _Tokens, s: np.ndarray, cand: np.ndarray, lo: np.ndarray, hi:
         budget = _run_first(tokens, s, rows, k, tie, float(after[0]), hi, budget, zstep)
         tokens.update(rows[:1], s)
         return budget
-    state = _FrameState(rows, k, g, l, tie)
-    prefix = [(state.keys[c], state.gains[c]) for c in chain[:-1]]
-    level = state.dominators(*prefix[-1])
+    state = _FrameState(rows, k, g, l, tie, s.size)
+    prefix = [(float(k[c]), int(tie[rows[c]]), float(g[c])) for c in chain[:-1]]  # (key, tie, gain)
     while True:
+        level = state.dominators(*prefix[-1])
         budget, status, node = _serve_dominators(tokens, s, lo, hi, budget, zstep, level, prefix, state)
         if status is _Status.STOP or (status is _Status.EXHAUSTED and len(prefix) == 1):
             break
         if status is _Status.EXHAUSTED:
             prefix.pop()
         elif status is _Status.CUT:  # node lands in the prefix: keep what is before it
-            while prefix and prefix[-1][0] > node[0]:
+            while prefix and prefix[-1][:2] > node[:2]:
                 prefix.pop()
             prefix.append(node)
         else:  # _Status.JOIN: node dominates p but something after it dominates node
             prefix.append(node)
-        level = state.dominators(*prefix[-1])
-    tokens.update(np.array(state.served, dtype=np.int64), s)
+    tokens.update(np.flatnonzero(state.served), s)
     return budget
 
 
@@ -203,47 +210,67 @@ class _Status(enum.Enum):
 
 
 class _FrameState:
-    """The frame's tokens, sorted, and what became of them: ``gone[i]`` once position i's token is
-    served, ``moved[row]`` the current token of a row served in this frame."""
+    """The frame's tokens, sorted (key, tie), and what became of them: ``gone[i]`` once position
+    i's token is served; for a row served in this frame, its current token in ``m*`` (per row)."""
 
-    def __init__(self, rows: np.ndarray, k: np.ndarray, g: np.ndarray, l: np.ndarray, tie: np.ndarray) -> None:
-        self.keys = list(zip(k.tolist(), tie[rows].tolist()))
-        self.gains, self.losses, self.rows = g.tolist(), l.tolist(), rows.tolist()
-        self.l = l
+    def __init__(self, rows: np.ndarray, k: np.ndarray, g: np.ndarray, l: np.ndarray, tie: np.ndarray,
+                 n_rows: int) -> None:
+        self.k, self.tie, self.g, self.l, self.rows = k, tie[rows], g, l, rows
         self.gone = np.zeros(rows.size, dtype=bool)
-        self.moved: dict[int, tuple[tuple[float, int], float, float]] = {}
-        self.served: list[int] = []
+        self.served = np.zeros(n_rows, dtype=bool)
+        self.moved = np.zeros(n_rows, dtype=bool)
+        self.mk, self.mt, self.mg, self.ml = np.zeros(n_rows), tie, np.zeros(n_rows), np.zeros(n_rows)
 
-    def dominators(self, key: tuple[float, int], gain: float) -> list:
-        """The tokens after ``key`` with loss ≥ ``gain`` as they are now: (key, gain, loss, row,
-        frame position or −1), in visiting order."""
-        start = bisect_right(self.keys, key)
-        pos = (np.flatnonzero((self.l[start:] >= gain) & ~self.gone[start:]) + start).tolist()
-        out = [(self.keys[i], self.gains[i], self.losses[i], self.rows[i], i) for i in pos]
-        out += [(kk, gg, ll, j, -1) for j, (kk, gg, ll) in self.moved.items() if kk > key and ll >= gain]
-        out.sort()
-        return out
+    def move(self, j: int, key: float, gain: float, loss: float) -> None:
+        self.moved[j] = True
+        self.mk[j], self.mg[j], self.ml[j] = key, gain, loss
+
+    def dominators(self, key: float, tie: int, gain: float) -> "_Level":
+        """The tokens after (key, tie) with loss ≥ ``gain``, as they are now, in visiting order."""
+        lo = int(np.searchsorted(self.k, key, side="left"))
+        hi = int(np.searchsorted(self.k, key, side="right"))
+        start = lo + int(np.searchsorted(self.tie[lo:hi], tie, side="right"))
+        pos = np.flatnonzero((self.l[start:] >= gain) & ~self.gone[start:]) + start
+        mk, mt = self.mk, self.mt
+        moved = np.flatnonzero(self.moved & ((mk > key) | ((mk == key) & (mt > tie))) & (self.ml >= gain))
+        if not moved.size:
+            return _Level(self.k[pos], self.tie[pos], self.g[pos], self.l[pos], self.rows[pos], pos)
+        k = np.concatenate([self.k[pos], mk[moved]])
+        t = np.concatenate([self.tie[pos], mt[moved]])
+        order = np.lexsort((t, k))
+        return _Level(k[order], t[order], np.concatenate([self.g[pos], self.mg[moved]])[order],
+                      np.concatenate([self.l[pos], self.ml[moved]])[order],
+                      np.concatenate([self.rows[pos], moved])[order],
+                      np.concatenate([pos, np.full(moved.size, -1)])[order])
+
+
+class _Level:
+    """The dominators of the prefix's last node as Python lists — keys, ties, gains, rows, frame
+    positions (−1 for a replacement token) — and tail[i], the largest loss among i, i+1, …"""
+
+    def __init__(self, k: np.ndarray, t: np.ndarray, g: np.ndarray, l: np.ndarray, rows: np.ndarray,
+                 pos: np.ndarray) -> None:
+        self.keys, self.ties, self.gains, self.rows, self.pos = k.tolist(), t.tolist(), g.tolist(), rows.tolist(), pos.tolist()
+        self.tail = np.append(np.maximum.accumulate(l[::-1])[::-1], -np.inf).tolist()
 
 
 def _serve_dominators(tokens: _Tokens, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
-                      zstep: int, level: list, prefix: list, state: _FrameState) -> tuple[int, _Status, tuple]:
+                      zstep: int, level: _Level, prefix: list, state: _FrameState) -> tuple[int, _Status, tuple]:
     """Serve p's dominators (``level``, in visiting order) while each ends the chain and its
     replacement is inert or wins again. Returns the GPUs left, why it stopped and the token
-    (key, gain) that joins or cuts the prefix."""
-    gp = prefix[-1][1]
-    tail = [-np.inf] * (len(level) + 1)  # tail[i]: largest loss among dominators i, i+1, …
-    for i in range(len(level) - 1, -1, -1):
-        tail[i] = max(tail[i + 1], level[i][2])
-    for i, (prev, gain, _, j, pos) in enumerate(level):
+    (key, tie, gain) that joins or cuts the prefix."""
+    pk, pt, gp = prefix[-1]
+    tail = level.tail
+    for i, (kd, td, gain, j, pos) in enumerate(zip(level.keys, level.ties, level.gains, level.rows, level.pos)):
         step = int(lo[j]) if s[j] == 0 else 1
         if step > budget:
             return budget, _Status.STOP, ()
         if not gain > tail[i + 1]:
-            return budget, _Status.JOIN, (prev, gain)
-        state.served.append(j)
+            return budget, _Status.JOIN, (kd, td, gain)
+        state.served[j] = True
         if pos >= 0:
             state.gone[pos] = True
-        state.moved.pop(j, None)
+        state.moved[j] = False
         while True:  # serve j, then look at its replacement token: inert, the next winner, or a doubt
             s[j] += step
             budget -= step
@@ -253,21 +280,20 @@ def _serve_dominators(tokens: _Tokens, s: np.ndarray, lo: np.ndarray, hi: np.nda
             if s[j] >= hi[j]:
                 break  # no replacement: inert
             kk, gg, ll = tokens.at(j, int(s[j]))
-            new = (kk, prev[1])
-            if new > prev:
+            if kk > kd:
                 return budget, _Status.STOP, ()  # the token moves later (a falling curve): not covered
-            state.moved[j] = (new, gg, ll)
-            if new < prefix[-1][0]:  # lands inside the prefix: inert unless it heads or joins the chain
-                before = [node for node in prefix if node[0] < new]
-                if not before or ll >= before[-1][1]:
-                    return budget, _Status.CUT, (new, gg)
+            state.move(j, kk, gg, ll)
+            if kk < pk or (kk == pk and td < pt):  # lands inside the prefix: inert unless it heads or joins
+                before = [node for node in prefix if node[:2] < (kk, td)]
+                if not before or ll >= before[-1][2]:
+                    return budget, _Status.CUT, (kk, td, gg)
                 break
             if ll < gp:
                 break  # after p and does not dominate p: inert
             if not gg > tail[i + 1]:
-                return budget, _Status.JOIN, (new, gg)  # p's first dominator, not the chain's end
-            state.moved.pop(j)
-            prev = new  # p's first dominator and the chain's end: it wins again
+                return budget, _Status.JOIN, (kk, td, gg)  # p's first dominator, not the chain's end
+            state.moved[j] = False
+            kd = kk  # p's first dominator and the chain's end: it wins again
     return budget, _Status.EXHAUSTED, ()
 
 
