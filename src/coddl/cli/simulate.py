@@ -15,7 +15,7 @@ from coddl.policies.registry import make_policy, split_policy_list
 from coddl.sim.config import SimConfig
 from coddl.sim.metrics import Summary, summarise
 from coddl.sim.report import write_report
-from coddl.sim.run import prepare, run_policy
+from coddl.sim.run import Fragmentation, prepare, run_policy
 
 console = Console()
 
@@ -24,17 +24,24 @@ def hours(s: float) -> str:
     return f"{s / 3600:.2f}"
 
 
-def summary_table(summaries: list[Summary], title: str) -> Table:
+def summary_table(summaries: list[Summary], title: str, fragmentation: dict[str, float] | None = None) -> Table:
+    """``fragmentation``: policy → time-averaged share of free GPUs stranded on partly used nodes."""
     t = Table(title=title)
-    for col in ("policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
-                "avg queueing (h)", "GPU util", "reconfigs", "sim wall (s)"):
+    cols = ["policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
+            "avg queueing (h)", "GPU util", "reconfigs", "sim wall (s)"]
+    if fragmentation is not None:
+        cols.insert(-1, "fragmentation")
+    for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     best = min(s.avg_jct for s in summaries)
     for s in summaries:
         style = "bold green" if s.avg_jct == best else None
-        t.add_row(s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
-                  hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
-                  str(s.reconfigurations), f"{s.wall_s:.1f}", style=style)
+        cells = [s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
+                 hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
+                 str(s.reconfigurations), f"{s.wall_s:.1f}"]
+        if fragmentation is not None:
+            cells.insert(-1, f"{fragmentation[s.policy]:.1%}")
+        t.add_row(*cells, style=style)
     return t
 
 
@@ -48,6 +55,10 @@ def simulate_cmd(
     policies: str = typer.Option("fifo,srtf,max-min", help="comma-separated; parameters as name:key=value"),
     seed: int = typer.Option(1, help="seed for model drawing and randomised policies"),
     reconfig: str = typer.Option("zero", help="reconfiguration cost model: zero, in-place or restart"),
+    rate: Optional[str] = typer.Option(None, help="throughput charged: curves (by GPU count and type) or "
+                                                   "estimator (also by placement); default: estimator with "
+                                                   "--cluster, else curves"),
+    allow_mixing: bool = typer.Option(False, help="let one job span GPU types (per-GPU batch balanced to speed)"),
     out: Optional[Path] = typer.Option(None, help="directory for summary.csv, per-job CSVs, config.json, plots"),
     config: Optional[Path] = typer.Option(None, help="a config.json of an earlier run: reproduce it exactly"),
     check: bool = typer.Option(False, help="verify the simulator's invariants at every step (slower)"),
@@ -59,29 +70,35 @@ def simulate_cmd(
         else:
             cfg = SimConfig(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
                             cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
-                            seed=seed, reconfig=reconfig)
+                            seed=seed, reconfig=reconfig, rate=rate, allow_mixing=allow_mixing)
         from coddl import __version__
 
         cfg.version = __version__
+        cfg.rate = cfg.rate_model  # resolved, so config.json reproduces the run whatever the defaults
         if not cfg.policies:
             raise fail("policies: give at least one policy")
         for p in cfg.policies:
             make_policy(p)  # reject a bad policy before any work
         prep = prepare(cfg)
         n = len(prep.specs)
+        types = "/".join(f"{cap} {t}" for t, cap in prep.cluster.capacity_by_type.items())
         console.print(f"[bold]{cfg.trace}[/bold]{' vc ' + cfg.vc if cfg.vc else ''}: {n} jobs on "
-                      f"{prep.cluster.total_gpus} GPUs ({len(prep.cluster.nodes)} nodes), reconfig={cfg.reconfig}, "
+                      f"{prep.cluster.total_gpus} GPUs ({len(prep.cluster.nodes)} nodes; {types}), "
+                      f"reconfig={cfg.reconfig}, rate={cfg.rate}{', mixing' if cfg.allow_mixing else ''}, "
                       f"seed={cfg.seed}")
         results = {}
+        frag = {p: Fragmentation() for p in cfg.policies}
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
             tasks = {p: bar.add_task(p, total=n) for p in cfg.policies}
             for p in cfg.policies:
-                results[p] = run_policy(prep, p, cfg, check=check,
+                results[p] = run_policy(prep, p, cfg, check=check, fragmentation=frag[p],
                                         progress=lambda done, _t=tasks[p]: bar.update(_t, completed=done))
                 bar.update(tasks[p], completed=n)
         summaries = [summarise(r) for r in results.values()]
-        console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs"))
+        end = {p: max((rec.finish for rec in r.records), default=0.0) for p, r in results.items()}
+        console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs",
+                                    {p: frag[p].mean(end[p]) for p in cfg.policies}))
         if out is not None:
             files = write_report(out, summaries, results)
             (out / "config.json").write_text(cfg.to_json() + "\n")

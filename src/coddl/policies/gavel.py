@@ -67,25 +67,28 @@ def equal_share_fraction(demand: np.ndarray, capacity: int) -> np.ndarray:
     return np.minimum(1.0, level[i] / d)
 
 
-def job_classes(model: np.ndarray, demand: np.ndarray, speed: np.ndarray, capacity_by_type: np.ndarray) -> Classes:
-    """Group jobs and compute each class's normalised throughput per unit of time on each type.
+def equal_share_speed(speed: np.ndarray, demand: np.ndarray, capacity_by_type: np.ndarray) -> np.ndarray:
+    """Each job's throughput on an equal share, relative to its curve at d_j GPUs: it runs a
+    fraction s_j of the time, spread over the types that can host its d_j GPUs in proportion to
+    their capacity, i.e. s_j · Σ_t w_t·speed[j, t] (the LP's normaliser)."""
+    cap = np.asarray(capacity_by_type)
+    fits = demand[:, None] <= cap[None, :]
+    weight = np.where(fits, cap[None, :], 0).astype(float)
+    total = weight.sum(axis=1, keepdims=True)
+    weight = np.divide(weight, total, out=np.zeros_like(weight), where=total > 0)
+    return equal_share_fraction(demand, int(cap.sum())) * (weight * np.where(fits, speed, 0.0)).sum(axis=1)
 
-    ``speed[j, t]`` is job j's throughput on type t relative to its curve. The equal share spreads
-    a job's time s_j over the types that can host its d_j GPUs in proportion to their capacity, so
-    its throughput there is s_j · Σ_t w_t·speed[j, t]; dividing by that normalises.
-    """
+
+def job_classes(model: np.ndarray, demand: np.ndarray, speed: np.ndarray, capacity_by_type: np.ndarray) -> Classes:
+    """Group jobs by (model, demand) and give each class its normalised throughput per unit of
+    time on each type: speed[j, t] ÷ the equal-share speed (0 where the type cannot host it)."""
     key = model.astype(np.int64) * (int(demand.max()) + 1) + demand
     _, first, of_row, count = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
     d = demand[first]
-    fits = d[:, None] <= capacity_by_type[None, :]
-    weight = np.where(fits, capacity_by_type[None, :], 0).astype(float)
-    total = weight.sum(axis=1, keepdims=True)
-    weight = np.divide(weight, total, out=np.zeros_like(weight), where=total > 0)
-    s = equal_share_fraction(demand, int(capacity_by_type.sum()))[first]
-    sp = np.where(fits, speed[first], 0.0)
-    base = s * (weight * sp).sum(axis=1)
+    base = equal_share_speed(speed, demand, capacity_by_type)[first]
+    sp = np.where(d[:, None] <= np.asarray(capacity_by_type)[None, :], speed[first], 0.0)
     norm = np.divide(sp, base[:, None], out=np.zeros_like(sp), where=base[:, None] > 0)
-    return Classes(of_row, count, d, norm)
+    return Classes(of_row.reshape(-1), count, d, norm)
 
 
 def max_min_lp(classes: Classes, capacity_by_type: np.ndarray, efficiency: bool = True) -> np.ndarray:
@@ -96,25 +99,16 @@ def max_min_lp(classes: Classes, capacity_by_type: np.ndarray, efficiency: bool 
     nx = C * T
     z = nx  # column index of the min variable
     live = np.flatnonzero(a.max(axis=1) > 0)  # classes that fit some type
-    rows, cols, vals = [], [], []
-    # (i) z − Σ_t a[c,t]·X[c,t] ≤ 0 for every live class
-    for r, c in enumerate(live):
-        rows += [r] * (T + 1)
-        cols += [z] + list(range(c * T, c * T + T))
-        vals += [1.0] + (-a[c]).tolist()
-    base = len(live)
-    # (ii) Σ_t X[c,t] ≤ 1
-    rows += np.repeat(base + np.arange(C), T).tolist()
-    cols += list(range(nx))
-    vals += [1.0] * nx
-    base += C
-    # (iii) Σ_c n_c·d_c·X[c,t] ≤ capacity_t
-    rows += (base + np.tile(np.arange(T), C)).tolist()
-    cols += list(range(nx))
-    vals += np.repeat(n * d, T).tolist()
-    m = base + T
+    L = live.size
+    cells = np.arange(nx)
+    rows = np.concatenate([np.arange(L), np.repeat(np.arange(L), T),  # (i) z − Σ_t a[c,t]·X[c,t] ≤ 0
+                           L + cells // T,  # (ii) Σ_t X[c,t] ≤ 1
+                           L + C + cells % T])  # (iii) Σ_c n_c·d_c·X[c,t] ≤ capacity_t
+    cols = np.concatenate([np.full(L, z), (live[:, None] * T + np.arange(T)).reshape(-1), cells, cells])
+    vals = np.concatenate([np.ones(L), -a[live].reshape(-1), np.ones(nx), np.repeat(n * d, T)])
+    m = L + C + T
     A = coo_matrix((vals, (rows, cols)), shape=(m, nx + 1)).tocsc()
-    upper = np.r_[np.zeros(len(live)), np.ones(C), capacity_by_type.astype(float)]
+    upper = np.r_[np.zeros(L), np.ones(C), capacity_by_type.astype(float)]
 
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
@@ -123,7 +117,7 @@ def max_min_lp(classes: Classes, capacity_by_type: np.ndarray, efficiency: bool 
     lp.sense_ = highspy.ObjSense.kMaximize
     lp.col_cost_ = np.r_[np.zeros(nx), 1.0]
     lp.col_lower_ = np.zeros(nx + 1)
-    lp.col_upper_ = np.r_[np.where(a.reshape(-1) > 0, 1.0, 0.0), np.inf if live.size else 0.0]
+    lp.col_upper_ = np.r_[np.where(a.reshape(-1) > 0, 1.0, 0.0), np.inf if L else 0.0]
     lp.row_lower_ = np.full(m, -np.inf)
     lp.row_upper_ = upper
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
@@ -135,7 +129,7 @@ def max_min_lp(classes: Classes, capacity_by_type: np.ndarray, efficiency: bool 
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"gavel: the max-min LP did not solve ({h.modelStatusToString(h.getModelStatus())})")
     x = np.asarray(h.getSolution().col_value[:nx])
-    if efficiency and live.size:
+    if efficiency and L:
         best = h.getSolution().col_value[z]
         h.changeColBounds(z, best * (1.0 - 1e-6), np.inf)
         h.changeColsCost(nx + 1, np.arange(nx + 1, dtype=np.int32), np.r_[(n[:, None] * a).reshape(-1), 0.0])
@@ -205,7 +199,11 @@ class Gavel(Policy):
         signature = np.concatenate([classes.count, classes.demand, classes.norm_speed.reshape(-1)]).tobytes()
         if signature != self._signature:
             self._signature = signature
-            self._class_x = max_min_lp(classes, cap, self.params.efficiency)
+            if cap.size == 1:  # one type: the max-min optimum is the equal share itself, X = s
+                a = classes.norm_speed
+                self._class_x = np.divide(1.0, a, out=np.zeros_like(a), where=a > 0)
+            else:
+                self._class_x = max_min_lp(classes, cap, self.params.efficiency)
         self._x[j.uid] = self._class_x[classes.of_row]
 
     def allocate(self, ctx: Context) -> Shares:

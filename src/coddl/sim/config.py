@@ -11,6 +11,11 @@ class ConfigError(ValueError):
     """A config file or flag the user gave is not valid (one line; the CLI exits 2)."""
 
 
+# How the simulator charges a job's throughput: by GPU count and type from the measured curves, or
+# also by placement (nodes spanned, types mixed) with the analytic estimator (sim/estimator_rate.py).
+RATE_MODELS = ("curves", "estimator")
+
+
 @dataclass
 class SimConfig:
     trace: str = "philly"
@@ -23,7 +28,16 @@ class SimConfig:
     seed: int = 1
     reconfig: str = "zero"
     curves: str | None = None  # a curve CSV (model,num_gpus,time_per_iter_s); default: CoDDL curves
+    rate: str | None = None  # a RATE_MODELS entry; None: "estimator" with a cluster spec, else "curves"
+    allow_mixing: bool = False  # one job may span GPU types (it balances its per-GPU batch to speed)
     version: str = ""
+
+    @property
+    def rate_model(self) -> str:
+        rate = self.rate or ("estimator" if self.cluster else "curves")
+        if rate not in RATE_MODELS:
+            raise ConfigError(f"rate: unknown rate model {rate!r}; valid: {', '.join(RATE_MODELS)}")
+        return rate
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -49,4 +63,6 @@ class SimConfig:
         for name in ("gpus", "gpus_per_node", "seed"):
             if not isinstance(getattr(cfg, name), int):
                 raise ConfigError(f"{p.name}: {name}: expected an integer, got {getattr(cfg, name)!r}")
+        if not isinstance(cfg.allow_mixing, bool):
+            raise ConfigError(f"{p.name}: allow_mixing: expected true or false, got {cfg.allow_mixing!r}")
         return cfg

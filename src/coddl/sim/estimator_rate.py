@@ -89,7 +89,10 @@ class EstimatorRate:
     allow_mixing: bool = False
     estimator: ThroughputModel | None = None  # default: the cluster's links, calibrated overlap, ring
     _profiles: list[JobProfile] = field(default_factory=list, init=False, repr=False)
-    _cache: dict = field(default_factory=dict, init=False, repr=False)
+    _cache: dict = field(default_factory=dict, init=False, repr=False)  # (model, shape) → iterations/s
+    _node_size: np.ndarray = field(init=False, repr=False)  # [t]: GPUs of the type's largest node
+    _node_of_gpu: list[int] = field(init=False, repr=False)
+    _type_of_node: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.estimator is None:
@@ -98,6 +101,8 @@ class EstimatorRate:
         sizes = np.zeros(len(names), dtype=np.int64)
         np.maximum.at(sizes, self.cluster.node_type_index, [n.gpus for n in self.cluster.nodes])
         self._node_size = sizes
+        self._node_of_gpu = self.cluster.node_of_gpu.tolist()
+        self._type_of_node = [n.gpu_type for n in self.cluster.nodes]
         # the profile fit uses the largest node of the cluster: consolidated curves assume one
         fit_node = int(sizes.max())
         self._profiles = [
@@ -109,17 +114,18 @@ class EstimatorRate:
     def rate(self, model: int, gpus: tuple[int, ...], cpus: int) -> float:
         if not gpus:
             return 0.0
-        nodes, counts = np.unique(self.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)], return_counts=True)
-        types = self.cluster.node_type_index[nodes]
-        return self.shape_rate(model, tuple(counts.tolist()), tuple(self.cluster.type_names[t] for t in types))
+        per_node: dict[int, int] = {}
+        for g in gpus:  # plain Python: a job holds a handful of GPUs, and this runs at every action
+            node = self._node_of_gpu[g]
+            per_node[node] = per_node.get(node, 0) + 1
+        return self.shape_rate(model, tuple(per_node.values()), tuple(self._type_of_node[n] for n in per_node))
 
     def shape_rate(self, model: int, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
-        """Iterations/s of ``model`` on this shape: also the placer's scorer."""
-        placement = Placement(gpus_per_node, gpu_types)
-        key = (model, placement)
+        """Iterations/s of ``model`` on this shape (GPUs per node and their types): the placer's scorer."""
+        key = (model, tuple(sorted((-c, t) for c, t in zip(gpus_per_node, gpu_types))))
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._rate(model, placement)
+            hit = self._cache[key] = self._rate(model, Placement(gpus_per_node, gpu_types))
         return hit
 
     def _rate(self, model: int, placement: Placement) -> float:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
+
+import numpy as np
 
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobSpec
 from coddl.perf.curves import CurveTable, load_coddl_curves
+from coddl.perf.heterogeneity import type_speed_matrix
 from coddl.policies.registry import make_policy
-from coddl.scheduler import Scheduler
+from coddl.scheduler import Scheduler, StepResult
 from coddl.sim.config import ConfigError, SimConfig
 from coddl.sim.engine import SimResult, simulate
+from coddl.sim.estimator_rate import EstimatorRate
 from coddl.sim.reconfig import RECONFIG_MODELS, ReconfigCost
 from coddl.sim.workload import build_workload, curves_for
 from coddl.traces import load_trace
@@ -22,6 +26,42 @@ class Prepared:
     cluster: Cluster
     curves: CurveTable
     specs: list[JobSpec]
+    type_speed: np.ndarray  # [t, m]: model m on the cluster's type t vs. its curve (perf/heterogeneity.py)
+    # placement-dependent rates: charged with --rate estimator, and the placer's scorer on mixed clusters
+    estimator: EstimatorRate | None = None
+
+
+@dataclass
+class Fragmentation:
+    """The placer's fragmentation after every scheduling step, as (time, value) change points."""
+
+    series: list[tuple[float, float]] = field(default_factory=list)
+
+    def record(self, now: float, value: float) -> None:
+        if not self.series or self.series[-1][1] != value:
+            self.series.append((now, value))
+
+    def mean(self, end: float) -> float:
+        """Time-weighted mean from the first step to ``end``."""
+        if not self.series:
+            return 0.0
+        t = np.array([s[0] for s in self.series] + [max(end, self.series[-1][0])])
+        v = np.array([s[1] for s in self.series])
+        span = t[-1] - t[0]
+        return float((np.diff(t) * v).sum() / span) if span > 0 else float(v[-1])
+
+
+class _RecordingScheduler(Scheduler):
+    """Samples fragmentation after each step (the engine knows nothing of placement metrics)."""
+
+    def __init__(self, *args, fragmentation: Fragmentation, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._fragmentation = fragmentation
+
+    def step(self, now: float) -> StepResult:
+        out = super().step(now)
+        self._fragmentation.record(now, self.placer.fragmentation())
+        return out
 
 
 def build_cluster(cfg: SimConfig) -> Cluster:
@@ -37,15 +77,35 @@ def build_cluster(cfg: SimConfig) -> Cluster:
 def prepare(cfg: SimConfig) -> Prepared:
     if cfg.reconfig not in RECONFIG_MODELS:
         raise ConfigError(f"reconfig: unknown model {cfg.reconfig!r}; valid: {', '.join(RECONFIG_MODELS)}")
+    rate = cfg.rate_model
     trace = load_trace(cfg.trace, vc=cfg.vc, limit=cfg.jobs)
     curves = curves_for(trace, load_coddl_curves(cfg.curves))
     specs = build_workload(trace, curves, seed=cfg.seed)
-    return Prepared(build_cluster(cfg), curves, specs)
+    cluster = build_cluster(cfg)
+    type_speed = type_speed_matrix(cluster.type_names, cluster.gpu_types, curves.names)
+    estimator = None
+    if rate == "estimator" or len(cluster.type_names) > 1:
+        estimator = EstimatorRate(cluster, curves.extended(cluster.total_gpus), type_speed, cfg.allow_mixing)
+    return Prepared(cluster, curves, specs, type_speed, estimator)
 
 
 def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = False,
-               progress: Callable[[int], None] | None = None) -> SimResult:
-    sched = Scheduler(prep.cluster, make_policy(policy), prep.curves, seed=cfg.seed)
-    res = simulate(prep.specs, sched, ReconfigCost(cfg.reconfig), check=check, progress=progress)
+               progress: Callable[[int], None] | None = None,
+               fragmentation: Fragmentation | None = None) -> SimResult:
+    """Replay the workload through ``policy``; ``fragmentation``, if given, records the placer's
+    fragmentation over time."""
+    args = (prep.cluster, make_policy(policy), prep.curves)
+    kwargs = {"seed": cfg.seed, "type_speed": prep.type_speed}
+    sched = (Scheduler(*args, **kwargs) if fragmentation is None
+             else _RecordingScheduler(*args, fragmentation=fragmentation, **kwargs))
+    sched.placer.allow_mixing = cfg.allow_mixing
+    est = prep.estimator
+    if est is not None and len(prep.cluster.type_names) > 1:
+        table = sched.table
+        sched.placer.scorer = lambda job, per_node, types: est.shape_rate(int(table.model[table.row[job]]),
+                                                                          per_node, types)
+    rate_model = est if cfg.rate_model == "estimator" else None
+    res = simulate(prep.specs, sched, ReconfigCost(cfg.reconfig), rate_model=rate_model, check=check,
+                   progress=progress)
     res.policy = policy
     return res
