@@ -17,7 +17,7 @@ import pytest
 
 from coddl.elastic.data import Position, SampleOrder
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
-from coddl.elastic.pool import WorkerPool
+from coddl.elastic.pool import ColdLauncher, WorkerPool
 from coddl.elastic.protocol import Progress
 
 pytestmark = pytest.mark.slow
@@ -151,3 +151,13 @@ def test_stop_then_start_resumes(tmp_path: Path, pool: WorkerPool) -> None:
     assert report.phase is JobPhase.FINISHED and report.progress.step == 80
     resumed = sorted(json.loads(p.read_text())["step"] for p in job_dir.glob("start-*.json"))
     assert resumed == [0, 0, stopped_at]
+
+
+def test_cold_launched_workers_train_and_stop_cleanly(tmp_path: Path) -> None:
+    """Fresh interpreters (``python -m coddl.elastic``), as the checkpoint-restart baseline uses."""
+    job_dir = tmp_path / "cold"
+    with ElasticJob(config(job_dir, 30), ColdLauncher()) as job:
+        job.start([0, 1])
+        report = job.wait(120)
+    assert report.phase is JobPhase.FINISHED and report.failures == 0 and report.progress.step == 30
+    assert not any("Traceback" in p.read_text() for p in (job_dir / "logs").iterdir())

@@ -20,7 +20,7 @@ from coddl.elastic.worker import WorkerSpec, run_worker
 
 # "__main__" makes the server import the launcher's main module once, so that forked children find
 # it already imported instead of re-importing it each (multiprocessing's forkserver would).
-DEFAULT_PRELOAD = ("__main__", "torch", "torch._dynamo", "coddl.elastic.session", "coddl.elastic.worker")
+DEFAULT_PRELOAD = ("__main__", "torch", "torch._dynamo", "coddl.elastic")
 
 
 class WorkerHandle(Protocol):
@@ -101,9 +101,9 @@ class _ColdProcess:
 
 
 class ColdLauncher:
-    """Each worker a fresh interpreter (``python -m coddl.elastic.worker``) that imports torch itself."""
+    """Each worker a fresh interpreter (``python -m coddl.elastic``) that imports torch itself."""
 
     def launch(self, spec: WorkerSpec) -> WorkerHandle:
-        cmd = [sys.executable, "-m", "coddl.elastic.worker", spec.to_json()]
+        cmd = [sys.executable, "-m", "coddl.elastic", spec.to_json()]
         return _ColdProcess(subprocess.Popen(cmd, cwd=spec.cwd, env={**os.environ, **spec.env},
                                              stdin=subprocess.DEVNULL))

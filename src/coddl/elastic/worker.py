@@ -1,5 +1,5 @@
 """The body of every worker process, however it was started (forked from the warm pool, a cold
-``python -m coddl.elastic.worker SPEC_JSON``, or a Ray actor on another node): apply the spec's
+``python -m coddl.elastic SPEC_JSON``, or a Ray actor on another node): apply the spec's
 environment, send output to the worker's log and run the user's entry point."""
 
 from __future__ import annotations
@@ -66,9 +66,10 @@ def run_worker(spec: WorkerSpec) -> None:
     getattr(importlib.import_module(module), function)()
 
 
-def _main() -> None:
-    """Cold-start entry. Ends like a forked worker does, with ``os._exit`` after flushing output:
-    a full interpreter teardown with torch loaded takes seconds, which a stopping job would wait for."""
+def main() -> None:
+    """Cold-start entry (``python -m coddl.elastic SPEC_JSON``). Ends like a forked worker does, with
+    ``os._exit`` after flushing output: a full interpreter teardown with torch loaded takes seconds,
+    which a stopping job would wait for."""
     code = 0
     try:
         run_worker(WorkerSpec.from_json(sys.argv[1]))
@@ -82,7 +83,3 @@ def _main() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    _main()
