@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from coddl.elastic.data import BatchRule, Position, SampleOrder, local_range
 
 
+@settings(deadline=None)
 @given(global_size=st.integers(0, 200), world=st.integers(1, 16))
 def test_local_ranges_partition_the_global_batch(global_size: int, world: int) -> None:
     ranges = [local_range(global_size, world, r) for r in range(world)]
