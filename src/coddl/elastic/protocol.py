@@ -37,8 +37,9 @@ them have arrived, announces g+1 by setting ``generation``; the survivors keep t
 the newcomers' start-up (fork, imports, building dataset and model, CUDA init) costs them nothing.
 Rank 0 reads ``generation`` once per step and piggy-backs it on the step's control all-reduce, so
 every rank learns the new generation at the SAME step boundary without an extra round. Survivors then
-tear down their process group and join ``gen{g+1}/pg`` with their new rank; the new workers are already
-waiting there; workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
+tear down their process group and join ``gen{g+1}/pg`` with their new rank; the new workers, which
+wait for the announcement too (and so skip straight to a newer generation if a failure superseded
+theirs), are already waiting there; workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
 writes a checkpoint first). State is copied from the survivor with the most progress when any rank
 lacks it or survivors disagree; if no rank has state, rank 0 loads the checkpoint.
 

@@ -161,9 +161,10 @@ class Session:
             raise RuntimeError("use the session inside `with session() as s:`")
         self._model = model.to(self.device)
         self._optimizer = optimizer
-        self._store.add(arrived_key(self._env.generation), 1)  # a resize is announced once we are here
-        # A failure may have superseded the generation we were started for while we started up.
-        self._enter(max(self._env.generation, self._store.add(GENERATION_KEY, 0)))
+        # A grow is announced once all its new workers are here; wait for that (the survivors are
+        # still training). A failure may meanwhile supersede our generation: then join the newer one.
+        self._store.add(arrived_key(self._env.generation), 1)
+        self._enter(self._await_generation(self._env.generation, poll_s=0.002))
         if self._departing:
             raise Departed()
         self._joined()
@@ -260,7 +261,7 @@ class Session:
             except (group.CollectiveFailed, dist.DistError):
                 group.dissolve(pending=[])
                 self._clean = False
-                generation = self._await_newer(generation)
+                generation = self._await_generation(generation + 1)
                 continue
             self._announce_ready()
             return
@@ -283,7 +284,7 @@ class Session:
         start = time.perf_counter()
         group.dissolve(pending=works)
         self._clean = False
-        self._enter(self._await_newer(self.generation))
+        self._enter(self._await_generation(self.generation + 1))
         self._regrouped(start)
 
     def _regrouped(self, start: float) -> None:
@@ -297,12 +298,14 @@ class Session:
         if self._env.verify and not self._departing:
             self._store.set(hash_key(self.generation, self._rank), state.state_hash(self._model, self._optimizer))
 
-    def _await_newer(self, generation: int) -> int:
+    def _await_generation(self, at_least: int, poll_s: float = 0.01) -> int:
+        """The newest announced generation, once it is ``at_least``."""
         deadline = time.monotonic() + 2 * self._env.pg_timeout_s
-        while (newest := self._store.add(GENERATION_KEY, 0)) <= generation:
+        while (newest := self._store.add(GENERATION_KEY, 0)) < at_least:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no new membership after a failure in generation {generation}")
-            time.sleep(0.01)
+                raise RuntimeError(f"the coordinator announced no generation >= {at_least} "
+                                   f"within {2 * self._env.pg_timeout_s:.0f} s")
+            time.sleep(poll_s)
         return newest
 
     def _failure_announced(self) -> bool:
