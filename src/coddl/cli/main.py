@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from coddl.cli import cluster, experiment, server, trace
 from coddl.cli.policies import policies_cmd
 from coddl.cli.simulate import simulate_cmd
 
@@ -11,15 +12,10 @@ app = typer.Typer(help="coddl: elastic GPU-cluster scheduling for deep-learning 
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.command("simulate")(simulate_cmd)
 app.command("policies")(policies_cmd)
-
-
-def _mount() -> None:
-    from coddl.cli import trace
-
-    app.add_typer(trace.app, name="trace", help="inspect, convert and export traces")
-
-
-_mount()
+app.add_typer(trace.app, name="trace", help="inspect, convert and export traces")
+app.add_typer(cluster.app, name="cluster", help="cluster specs and the live cluster")
+app.add_typer(experiment.app, name="experiment", help="reproduce published comparisons")
+server.register(app)
 
 
 def main() -> None:
