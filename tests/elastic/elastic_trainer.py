@@ -1,6 +1,7 @@
 """Training script the end-to-end tests run as their workers (a script-path entry).
 
-A small MLP keeps steps cheap; STEP_SLEEP slows them down so that a test can act mid-training. Every
+A small MLP keeps steps cheap; STEP_SLEEP slows them down so that a test can act mid-training, and
+START_SLEEP stretches a worker's start-up. Every
 applied step appends one JSON line to $CODDL_JOB_DIR/steps-<worker>.jsonl with the samples this rank
 trained on, and every worker records the step it started from, so that the tests can check from the
 outside that no sample was lost or repeated and that a restart resumed from the checkpoint.
@@ -33,6 +34,7 @@ def main() -> None:
     dataset = torch.utils.data.TensorDataset(x, x.sum(dim=1, keepdim=True))
 
     with elastic.session() as s, open(job_dir / f"steps-{worker}.jsonl", "a") as log:
+        time.sleep(float(os.environ.get("START_SLEEP", "0")))  # a slow start-up (dataset, CUDA init)
         model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
         model, opt = s.wrap(model, torch.optim.Adam(model.parameters(), lr=1e-2))
         (job_dir / f"start-{worker}.json").write_text(json.dumps({"step": s.steps_done}))

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,26 @@ def test_killed_worker_leaves_survivors_training(tmp_path: Path, pool: WorkerPoo
         assert report.slots == () and report.progress.step == 120
         assert job.coordinator.membership.generation == 2  # start, then the survivors' membership
         assert_replicas_identical(job, generation=2, world=2)
+
+
+def test_survivor_killed_while_a_grow_starts_up(tmp_path: Path, pool: WorkerPool) -> None:
+    """The grow is not announced yet when a survivor dies: the failure membership supersedes it, the new
+    worker joins that instead, and nobody waits out the process-group timeout."""
+    cfg = config(tmp_path / "kill-in-grow", 150)
+    cfg = JobConfig(**{**cfg.__dict__, "env": {**cfg.env, "START_SLEEP": "1.5"}})
+    with ElasticJob(cfg, pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 10)
+        with ThreadPoolExecutor(1) as grow:
+            resized = grow.submit(job.resize, [0, 1, 2])
+            time.sleep(0.5)
+            assert job.poll().phase is JobPhase.RESIZING and job.poll().generation == 2
+            os.kill(job.worker_pids()[1], signal.SIGKILL)
+            assert resized.result(timeout=60) < cfg.pg_timeout_s / 2
+        assert job.poll().slots == (0, 2) and job.poll().generation == 3
+        assert_replicas_identical(job, generation=3, world=2)
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.failures == 1 and report.progress.step == 150
 
 
 def test_all_workers_killed_restart_from_checkpoint(tmp_path: Path, pool: WorkerPool) -> None:
