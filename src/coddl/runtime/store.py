@@ -304,12 +304,17 @@ class Store:
             return _job(row, s.get(AllocationRow, job_id))
 
     def list_jobs(self, owner: str | None = None, limit: int = 1000) -> list[JobView]:
+        """The newest ``limit`` jobs, oldest first. Plain column rows, not ORM objects: listing a
+        thousand jobs is the API's most expensive read, and the identity map would triple its cost."""
+        j, a = JobRow.__table__.c, AllocationRow.__table__.c
         with self._r() as s:
-            q = select(JobRow, AllocationRow).outerjoin(AllocationRow, AllocationRow.job_id == JobRow.id)
+            q = select(j.id, j.name, j.owner, j.spec, j.status, j.cancel_requested, j.submitted_at, j.started_at,
+                       j.finished_at, j.total_steps, j.steps_done, j.loss, j.steps_per_s, j.share, j.resizes,
+                       j.message, a.gpus, a.workers).outerjoin_from(JobRow, AllocationRow, a.job_id == j.id)
             if owner is not None:
-                q = q.where(JobRow.owner == owner)
-            rows = s.execute(q.order_by(JobRow.id.desc()).limit(limit)).all()
-            return [_job(r, a) for r, a in reversed(rows)]
+                q = q.where(j.owner == owner)
+            rows = s.execute(q.order_by(j.id.desc()).limit(limit)).all()
+            return [JobView(*r[:16], tuple(r[16] or ()), tuple(r[17] or ())) for r in reversed(rows)]
 
     def request_cancel(self, job_id: int, by: str) -> JobView:
         now = time.time()

@@ -1,0 +1,147 @@
+"""API overhead: submissions per second through the HTTP API, and request latency with 1,000 jobs queued.
+
+A real server (``coddl server start`` in its own process: uvicorn on 127.0.0.1, SQLite in WAL mode in a
+temporary state dir, the local executor with 1 GPU, AFS-P). One slow job holds the GPU — an elastic job
+that sleeps through each step, so it costs no CPU — and every later submission stays queued; the
+controller still admits each one into the scheduler and re-runs the policy, as on a busy cluster.
+From this process, over one keep-alive connection:
+
+1. ``--jobs`` submissions one after another: submissions/s, p50/p99 latency;
+2. with them all queued, ``--requests`` of each of POST /jobs, GET /jobs/{id}, GET /jobs (every job),
+   GET /cluster: p50/p99 latency.
+
+Prints JSON (milliseconds).
+
+    python benchmarks/api_overhead.py [--jobs 1000] [--requests 200] [--policy afs-p]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+BLOCKER = '''
+import time
+import torch
+import coddl.elastic as elastic
+
+with elastic.session() as s:
+    model = torch.nn.Linear(1, 1)
+    model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    data = torch.utils.data.TensorDataset(torch.zeros(64, 1), torch.zeros(64, 1))
+    for x, y in s.batches(data, global_batch=8, steps=10**9):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        time.sleep(1.0)
+        s.step(loss)
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    a = np.asarray(ms)
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "max_ms": round(float(a.max()), 2), "n": len(ms)}
+
+
+def timed(fn) -> float:  # noqa: ANN001 - a request
+    t0 = time.perf_counter()
+    r = fn()
+    r.raise_for_status()
+    return 1e3 * (time.perf_counter() - t0)
+
+
+def start_server(state: Path, policy: str) -> tuple[subprocess.Popen, str, str]:
+    port = free_port()
+    log = open(state / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "coddl.cli", "server", "start", "--gpus", "1", "--port", str(port),
+                             "--state-dir", str(state), "--policy", policy], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while not (state / "server.json").is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start; see {state / 'server.log'}")
+        time.sleep(0.2)
+    return proc, f"http://127.0.0.1:{port}", json.loads((state / "client.json").read_text())["token"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--policy", default="afs-p")
+    args = ap.parse_args()
+
+    state = Path(tempfile.mkdtemp(prefix="coddl-api-bench-"))
+    (state / "blocker.py").write_text(BLOCKER)
+    (state / "queued.py").write_text("print('never runs in this benchmark')\n")
+    proc, url, token = start_server(state, args.policy)
+    try:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+            c.post("/jobs", json={"name": "blocker", "command": ["python", str(state / "blocker.py")],
+                                  "steps": 10**9}).raise_for_status()
+            deadline = time.monotonic() + 120
+            while c.get("/cluster").json()["gpus_in_use"] < 1:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the blocking job did not start")
+                time.sleep(0.2)
+            job = {"name": "queued", "command": ["python", str(state / "queued.py")], "steps": 100, "max_gpus": 1}
+
+            submit_ms = []
+            t0 = time.perf_counter()
+            for _ in range(args.jobs):
+                submit_ms.append(timed(lambda: c.post("/jobs", json=job)))
+            wall = time.perf_counter() - t0
+            ids = [j["id"] for j in c.get("/jobs", params={"limit": 10000}).json()]
+            time.sleep(2.0)  # let the controller admit the queue before measuring under load
+
+            rng = np.random.default_rng(0)
+            loaded = {
+                "POST /jobs": [timed(lambda: c.post("/jobs", json=job)) for _ in range(args.requests)],
+                "GET /jobs/{id}": [timed(lambda: c.get(f"/jobs/{int(rng.choice(ids))}")) for _ in range(args.requests)],
+                "GET /jobs": [timed(lambda: c.get("/jobs", params={"limit": 10000})) for _ in range(args.requests)],
+                "GET /cluster": [timed(lambda: c.get("/cluster")) for _ in range(args.requests)],
+            }
+            queued = c.get("/cluster").json()["jobs"].get("queued", 0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(state, ignore_errors=True)
+
+    print(json.dumps({
+        "benchmark": "api_overhead",
+        "server": f"coddl server start --gpus 1 --policy {args.policy} (SQLite WAL, 127.0.0.1, separate process)",
+        "cpus": os.cpu_count(),
+        "submissions": {"jobs": args.jobs, "wall_s": round(wall, 2), "per_s": round(args.jobs / wall, 1),
+                        **percentiles(submit_ms)},
+        "with_queued_jobs": queued,
+        "latency_under_load": {k: percentiles(v) for k, v in loaded.items()},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
