@@ -51,6 +51,15 @@ def test_submit_run_finish_with_the_loss_going_down(srv, tmp_path):
     assert status.returncode == 0 and "0/4 GPUs in use" in status.stdout
 
 
+def test_token_create_while_the_server_runs_gives_a_working_user_token(srv):
+    admins = srv.submit(tiny_job("admins", steps=5, step_s=0.0))
+    token = srv.token("dora")  # `coddl token create dora` against the live database
+    with srv.client(token) as dora:
+        assert dora.get("/jobs").json() == []
+        assert dora.get(f"/jobs/{admins}").status_code == 403
+        assert dora.post("/jobs", json=tiny_job("doras", steps=5, step_s=0.0)).json()["owner"] == "dora"
+
+
 def test_the_controller_grows_and_shrinks_a_running_job(srv):
     idle(srv)
     a = srv.submit(tiny_job("grower", steps=500, max_gpus=4, step_s=0.06))

@@ -86,6 +86,7 @@ class Controller:
             log.info("recovered %d unfinished jobs (%d leftover workers killed)", len(recovered), reaped)
         self._next_period = time.monotonic() + self.settings.period_s
         self._thread.start()
+        self.wake()  # recovered jobs are planned at once, not at the first period
 
     def stop(self) -> None:
         self._stopping.set()

@@ -83,7 +83,8 @@ def _gpu_line(jobs: list[dict], gpus: int) -> Text:
 
 
 def run_demo(console: Console, policy: str = DEFAULT_POLICY, gpus: int = 4, examples: Path | None = None,
-             state_dir: Path | None = None, deadline_s: float = 170.0) -> DemoResult:
+             state_dir: Path | None = None, budget_s: float = 175.0) -> DemoResult:
+    """Run the demo; whatever is unfinished when ``budget_s`` (start-up included) is up is cancelled."""
     examples = find_examples(examples)
     tmp = None if state_dir is not None else Path(tempfile.mkdtemp(prefix="coddl-demo-"))
     config = ServerConfig(state_dir=state_dir or tmp, gpus=gpus, policy=policy, port=0,
@@ -99,7 +100,7 @@ def run_demo(console: Console, policy: str = DEFAULT_POLICY, gpus: int = 4, exam
                   f"(ready in {time.monotonic() - t0:.1f} s); submitting {len(DEMO_JOBS)} jobs over "
                   f"{DEMO_JOBS[-1].at:.0f} s")
     try:
-        jobs = _drive(console, client, examples, gpus, deadline_s)
+        jobs = _drive(console, client, examples, gpus, budget_s - (time.monotonic() - t0))
         latencies: dict[str, list[float]] = {a: [] for a in RESIZES}
         for j in jobs:
             for e in client.job(j["id"])["events"]:
@@ -148,5 +149,9 @@ def summary(result: DemoResult) -> Group:
     every = [s for v in lat.values() for s in v]
     counts = ", ".join(f"{len(v)} {a}{'s' if len(v) != 1 else ''}" for a, v in lat.items())
     med = f"median resize latency {statistics.median(every):.2f} s" if every else "no resizes"
-    line = Text(f"{len(every)} resizes ({counts}); {med}; wall time {result.wall_s:.0f} s")
+    line = Text(f"{len(every)} resizes ({counts}); {med} (request → training on the new GPUs); "
+                f"wall time {result.wall_s:.0f} s")
+    if not (lat["grow"] and lat["shrink"]):
+        line.append("\nthis run saw no grow or no shrink of a running job (timing-dependent on a busy machine)",
+                    style="yellow")
     return Group(t, line)

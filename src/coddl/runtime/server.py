@@ -26,7 +26,8 @@ from coddl.policies.registry import make_policy
 from coddl.runtime.api import ClusterInfo, create_app
 from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.errors import ConfigError
-from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
+from coddl.runtime.executors.base import Executor
+from coddl.runtime.executors.driver import ExecutorSettings
 from coddl.runtime.models import runtime_curves
 from coddl.runtime.paths import CLIENT_FILE, DEFAULT_PORT, SERVER_FILE, default_state_dir
 from coddl.runtime.store import Store, sqlite_url
@@ -51,7 +52,7 @@ class ServerConfig:
     workers: ExecutorSettings = ExecutorSettings()
 
 
-def make_executor(config: ServerConfig) -> ElasticExecutor:
+def make_executor(config: ServerConfig) -> Executor:
     if config.executor == "local":
         from coddl.runtime.executors.local import LocalExecutor
 

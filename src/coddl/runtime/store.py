@@ -330,13 +330,6 @@ class Store:
             rows = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
             return [_event(r) for r in rows]
 
-    def all_events(self, kinds: Sequence[str] | None = None) -> list[EventView]:
-        with self._r() as s:
-            q = select(EventRow)
-            if kinds is not None:
-                q = q.where(EventRow.kind.in_(kinds))
-            return [_event(r) for r in s.scalars(q.order_by(EventRow.id))]
-
     def samples(self, job_id: int) -> list[SampleView]:
         with self._r() as s:
             rows = s.scalars(select(SampleRow).where(SampleRow.job_id == job_id).order_by(SampleRow.id))

@@ -9,11 +9,12 @@ drains (``events``) after being woken (``notify``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Protocol, Union
 
 from coddl.core.allocation import Plan
+from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
 
 
@@ -85,15 +86,11 @@ class WorkersEvent:
 ExecutorEvent = Union[ProgressEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent]
 
 
-@dataclass
-class ExecutorInfo:
-    """What ``GET /cluster`` shows about the machines: one entry per node of the scheduler's cluster."""
+class Executor(Protocol):
+    """``kind`` names it (local, ray); ``cluster`` is the topology the scheduler plans on."""
 
     kind: str
-    nodes: list[dict] = field(default_factory=list)
-
-
-class Executor(Protocol):
+    cluster: Cluster
     notify: Callable[[], None]
 
     def register(self, launch: LaunchSpec) -> None: ...
@@ -107,7 +104,5 @@ class Executor(Protocol):
         """Kill workers a previous controller left behind (records from WorkersEvent); returns how many."""
 
     def events(self) -> list[ExecutorEvent]: ...
-
-    def info(self) -> ExecutorInfo: ...
 
     def close(self) -> None: ...

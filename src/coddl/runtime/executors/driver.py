@@ -34,7 +34,6 @@ from coddl.elastic.pool import Launcher
 from coddl.runtime.executors.base import (
     AppliedEvent,
     ExecutorEvent,
-    ExecutorInfo,
     ExitEvent,
     LaunchSpec,
     ProgressEvent,
@@ -135,11 +134,6 @@ class ElasticExecutor:
         with self._lock:
             out, self._events = self._events, []
         return out
-
-    def info(self) -> ExecutorInfo:
-        nodes = [{"name": n.name, "gpus": n.gpus, "first_gpu": int(self.cluster.node_first_gpu[i])}
-                 for i, n in enumerate(self.cluster.nodes)]
-        return ExecutorInfo(self.kind, nodes)
 
     def reap(self, workers: list[dict]) -> int:
         """Workers of a previous controller (see WorkersEvent); only a local executor can reach them."""
