@@ -319,28 +319,37 @@ class Session:
         return self._seen_failure[newest]
 
     def _sync(self) -> None:
-        """Make every rank's state identical, copying only when needed.
+        """Make every rank's state identical, copying only to the ranks that need it.
 
-        All ranks share (has state, clean, step). If all are clean holders at the same step (a planned
-        shrink) nothing moves. Otherwise the holder with the most progress broadcasts; if nobody holds
-        state, rank 0 loads the checkpoint (or keeps the seeded initial model) and broadcasts that.
+        All ranks share (has state, clean, step). Clean holders at one step (the survivors of a planned
+        resize) are consistent: each newcomer gets the state from one of them, several copies running in
+        parallel, and the survivors themselves receive nothing (after a shrink nothing moves at all).
+        Otherwise (a failure left survivors at different steps) the holder with the most progress sends
+        to everyone else; if nobody holds state, rank 0 loads the checkpoint (or keeps the seeded
+        initial model) and sends that.
         """
         mine = torch.tensor([int(self._has_state), int(self._clean), self._counters.step], device=self.device)
         rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
         dist.all_gather(rows, mine)
         table = [r.tolist() for r in rows]
-        if all(has and clean for has, clean, _ in table) and len({s for *_, s in table}) == 1:
-            return
         holders = [r for r, (has, _, _) in enumerate(table) if has]
-        src = max(holders, key=lambda r: (table[r][2], -r)) if holders else 0
-        if not holders and self._rank == 0 and self._env.job_dir is not None:
-            saved = state.load_checkpoint(self._env.job_dir)
-            if saved is not None:
-                self._counters = state.restore(saved, self._model, self._optimizer)
-        payload = state.capture(self._model, self._optimizer, self._counters) if self._rank == src else None
-        payload = state.broadcast(payload, src, self.device, lambda w: group.wait(w, self._failure_announced))
-        if self._rank != src:
-            self._counters = state.restore(payload, self._model, self._optimizer)
+        consistent = all(table[r][1] for r in holders) and len({table[r][2] for r in holders}) == 1
+        if not holders:
+            holders = [0]
+            if self._rank == 0 and self._env.job_dir is not None:
+                saved = state.load_checkpoint(self._env.job_dir)
+                if saved is not None:
+                    self._counters = state.restore(saved, self._model, self._optimizer)
+        elif not consistent:
+            holders = [max(holders, key=lambda r: (table[r][2], -r))]
+        receivers = [r for r in range(self.world_size) if r not in holders]
+        source = {r: holders[i % len(holders)] for i, r in enumerate(receivers)}
+        if self._rank in source:
+            self._counters = state.restore(state.recv(source[self._rank], self.device), self._model, self._optimizer)
+        else:
+            mine_to = [r for r, src in source.items() if src == self._rank]
+            if mine_to:
+                state.send(state.capture(self._model, self._optimizer, self._counters), mine_to, self.device)
         self._has_state = self._clean = True
 
     def _announce_ready(self) -> None:

@@ -2,9 +2,9 @@
 
 The same payload serves both purposes, so a rank restored from a survivor and a rank restored from a
 checkpoint end up in the same state: model and optimizer state dicts, progress counters, data
-position and every RNG a training script is likely to draw from. For the broadcast all tensors are
-packed into ONE byte buffer (one collective instead of hundreds) and the rest travels as a small
-pickled skeleton.
+position and every RNG a training script is likely to draw from. To copy it to another rank all
+tensors are packed into ONE byte buffer (one message instead of hundreds) and the rest travels as a
+small pickled skeleton.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pickle
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -122,21 +122,31 @@ def unpack(skeleton: bytes, flat: torch.Tensor) -> dict[str, Any]:
     return _fill(pickle.loads(skeleton), flat)
 
 
-def broadcast(payload: dict[str, Any] | None, src: int, device: torch.device,
-              wait: Callable[[dist.Work], None]) -> dict[str, Any]:
-    """Rank ``src``'s payload on every rank of the default group: a small object broadcast carries
-    the skeleton and the buffer size, then one tensor broadcast carries all tensor bytes."""
-    is_src = dist.get_rank() == src
-    if is_src:
-        skeleton, flat = pack(payload, device)
-        header: list[Any] = [skeleton, flat.numel()]
-    else:
-        header = [None, None]
-    dist.broadcast_object_list(header, src=src, device=device)
-    if not is_src:
-        flat = torch.empty(header[1], dtype=torch.uint8, device=device)
-    wait(dist.broadcast(flat, src=src, async_op=True))
-    return payload if is_src else unpack(header[0], flat)
+def send(payload: dict[str, Any], dsts: list[int], device: torch.device) -> None:
+    """Send the payload to every rank in ``dsts`` at once: a size header, the pickled skeleton, then the
+    one buffer with all tensor bytes.
+
+    The waits are plain blocking ones: a gloo send or receive that times out closes its connection, so
+    unlike a collective it cannot be waited on in slices; a worker dying mid-copy therefore costs the
+    process-group timeout. A copy takes well under a second, so that is rare.
+    """
+    skeleton, flat = pack(payload, device)
+    header = torch.tensor([len(skeleton), flat.numel()], dtype=torch.int64, device=device)
+    skeleton_bytes = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8).to(device)
+    works = [dist.isend(t, dst) for dst in dsts for t in (header, skeleton_bytes, flat)]
+    for work in works:
+        work.wait()
+
+
+def recv(src: int, device: torch.device) -> dict[str, Any]:
+    header = torch.empty(2, dtype=torch.int64, device=device)
+    dist.recv(header, src)
+    skeleton_len, flat_len = header.tolist()
+    skeleton = torch.empty(skeleton_len, dtype=torch.uint8, device=device)
+    dist.recv(skeleton, src)
+    flat = torch.empty(flat_len, dtype=torch.uint8, device=device)
+    dist.recv(flat, src)
+    return unpack(skeleton.cpu().numpy().tobytes(), flat)
 
 
 def state_hash(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:
