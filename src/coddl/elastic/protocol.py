@@ -39,9 +39,14 @@ Rank 0 reads ``generation`` once per step and piggy-backs it on the step's contr
 every rank learns the new generation at the SAME step boundary without an extra round. Survivors then
 tear down their process group and join ``gen{g+1}/pg`` with their new rank; the new workers, which
 wait for the announcement too (and so skip straight to a newer generation if a failure superseded
-theirs), are already waiting there; workers not in the membership leave (exit code 0). A membership with no members stops the job (rank 0
-writes a checkpoint first). State is copied from the survivor with the most progress when any rank
-lacks it or survivors disagree; if no rank has state, rank 0 loads the checkpoint.
+theirs), are already waiting there; workers not in the membership leave (exit code 0). A membership
+with no members stops the job (rank 0 writes a checkpoint first).
+
+State: in the new group the ranks compare (has state, clean, step). Survivors of a planned resize are
+consistent, so each new rank receives model, optimizer, data position and RNG state point-to-point
+from one of them (the copies run in parallel; survivors receive nothing, and a shrink copies nothing).
+After a failure the survivor with the most progress sends to every other rank; if no rank has state
+(a start or a restart), rank 0 loads the checkpoint, if any, and sends it.
 
 Failure: the coordinator sees a worker process exit and posts a membership of the survivors with
 reason ``failure``. Only the dead worker's ring neighbours get an error from gloo at once; the others
