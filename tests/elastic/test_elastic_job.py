@@ -144,6 +144,18 @@ def test_survivor_killed_while_a_grow_starts_up(tmp_path: Path, pool: WorkerPool
     assert report.phase is JobPhase.FINISHED and report.failures == 1 and report.progress.step == 150
 
 
+def test_grow_requested_as_training_ends(tmp_path: Path, pool: WorkerPool) -> None:
+    """Training ends while the new worker starts up: it must leave cleanly, not wait for the others."""
+    cfg = config(tmp_path / "late-grow", 40)
+    cfg = JobConfig(**{**cfg.__dict__, "env": {**cfg.env, "START_SLEEP": "1.0"}})
+    with ElasticJob(cfg, pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 30)
+        assert job.resize([0, 1, 2]) < cfg.pg_timeout_s / 2
+        report = job.wait(30)
+    assert report.phase is JobPhase.FINISHED and report.failures == 0 and report.progress.step == 40
+
+
 def test_all_workers_killed_restart_from_checkpoint(tmp_path: Path, pool: WorkerPool) -> None:
     job_dir = tmp_path / "kill-all"
     with ElasticJob(config(job_dir, 120, checkpoint_s=0.1), pool) as job:

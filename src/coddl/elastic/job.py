@@ -258,18 +258,19 @@ class ElasticJob:
 
     def _announce_when_arrived(self, membership: Membership, joiners: int) -> None:
         """Announce a grow only once its new workers are up, so the survivors train until then. A
-        failure meanwhile supersedes the membership, and then it must never be announced."""
+        failure meanwhile supersedes the membership, and then it must never be announced; nor once
+        training has ended (the new workers see that and leave)."""
         deadline = time.monotonic() + self.config.start_timeout_s
         while self.coordinator.arrived(membership.generation) < joiners:
             with self._lock:
-                if self.coordinator.membership != membership:
+                if self.coordinator.membership != membership or self.coordinator.finished():
                     return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {self.config.job_id}: new workers did not start within "
                                    f"{self.config.start_timeout_s} s")
             time.sleep(0.001)
         with self._lock:
-            if self.coordinator.membership == membership:
+            if self.coordinator.membership == membership and not self.coordinator.finished():
                 self.coordinator.announce(membership)
 
     def _spec(self, worker: _Worker, generation: int) -> WorkerSpec:

@@ -299,9 +299,12 @@ class Session:
             self._store.set(hash_key(self.generation, self._rank), state.state_hash(self._model, self._optimizer))
 
     def _await_generation(self, at_least: int, poll_s: float = 0.01) -> int:
-        """The newest announced generation, once it is ``at_least``."""
+        """The newest announced generation, once it is ``at_least``. If training ends meanwhile (a grow
+        requested just before the last step), there is nothing left to join: leave."""
         deadline = time.monotonic() + 2 * self._env.pg_timeout_s
         while (newest := self._store.add(GENERATION_KEY, 0)) < at_least:
+            if self._store.check([FINISHED_KEY]):
+                raise Departed()
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the coordinator announced no generation >= {at_least} "
                                    f"within {2 * self._env.pg_timeout_s:.0f} s")
