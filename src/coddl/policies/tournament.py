@@ -40,6 +40,7 @@ each other on random cases with ties.
 from __future__ import annotations
 
 import enum
+from bisect import bisect_left, insort
 from typing import Callable
 
 import numpy as np
@@ -112,16 +113,16 @@ def _zeros_lead(ctx: Context, cand: np.ndarray, s: np.ndarray, lo: np.ndarray, h
 
 
 class _Tokens:
-    """Key, gain and loss of every row's token at every level it may reach, computed in one
-    vectorised pass (levels beyond ``WIDTH``, if a row may grow that far, per row on demand).
+    """Key, gain and loss of every row's token at levels below ``width``, computed in one
+    vectorised pass; a row that grows past it gets the rest of its ladder in one more pass.
     ``cur_*`` hold each row's token at its present level; ``at(j, level)`` reads one token as
     Python floats, which is what the per-GPU checks of a frame need."""
 
-    WIDTH = 256
+    WIDTH = 16  # most jobs stop below this many GPUs; the few that do not are extended per row
 
     def __init__(self, ctx: Context, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
                  key: KeyFn) -> None:
-        self.ctx, self.lo, self.key = ctx, lo, key
+        self.ctx, self.lo, self.hi, self.key = ctx, lo, hi, key
         n = s.size
         self.width = w = int(min(max(int(hi.max()), 1), int(s.max()) + budget + 1, self.WIDTH))
         rows = np.arange(n)[:, None]
@@ -131,17 +132,20 @@ class _Tokens:
         self.g, self.l = gain_loss(speed[:, :w], nxt)
         self.k = key(np.broadcast_to(rows, (n, w)), np.broadcast_to(np.arange(w), (n, w)), speed[:, :w])
         self.cur_k, self.cur_g, self.cur_l = np.empty(n), np.empty(n), np.empty(n)
-        self._far: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self._far: dict[int, list[tuple[float, float, float]]] = {}  # row -> tokens from ``width`` on
         self.update(np.arange(n), s)
 
     def at(self, j: int, level: int) -> tuple[float, float, float]:
-        if level < self.width:
-            return self.k.item(j, level), self.g.item(j, level), self.l.item(j, level)
-        tok = self._far.get((j, level))
-        if tok is None:
-            k, g, l = tokens_at(self.ctx, np.array([j]), np.array([level]), self.lo, self.key)
-            tok = self._far[j, level] = (k.item(), g.item(), l.item())
-        return tok
+        w = self.width
+        if level < w:
+            i = j * w + level
+            return self.k.item(i), self.g.item(i), self.l.item(i)
+        far = self._far.get(j)
+        if far is None:
+            levels = np.arange(w, max(int(self.hi[j]), w + 1))
+            k, g, l = tokens_at(self.ctx, np.full(levels.size, j), levels, self.lo, self.key)
+            far = self._far[j] = list(zip(k.tolist(), g.tolist(), l.tolist()))
+        return far[level - w]
 
     def update(self, rows: np.ndarray, s: np.ndarray) -> None:
         """Refresh ``cur_*`` for rows whose level changed."""
@@ -150,56 +154,73 @@ class _Tokens:
         r, v = rows[near], lv[near]
         self.cur_k[r], self.cur_g[r], self.cur_l[r] = self.k[r, v], self.g[r, v], self.l[r, v]
         for j in rows[~near].tolist():
-            self.cur_k[j], self.cur_g[j], self.cur_l[j] = self.at(j, int(s[j]))
+            self.cur_k[j], self.cur_g[j], self.cur_l[j] = self.at(j, min(int(s[j]), int(self.hi[j]) - 1))
 
 
 def _frame(tokens: _Tokens, s: np.ndarray, cand: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
            tie: np.ndarray, zstep: int) -> int:
-    """Serve rounds while the chain's prefix can be followed without re-sorting (module docstring,
-    point 2); mutates ``s`` and returns the GPUs left. Always serves the current round's winner.
+    """Serve rounds while the chain can be followed without re-sorting (module docstring, point
+    3); mutates ``s`` and returns the GPUs left. Always serves the current round's winner.
 
-    With prefix c_0 … p, the winners are p's dominators after p, in order. Gain ≥ loss for every
-    token (also in floating point), so whatever dominates a dominator of p dominates p too: a
-    dominator ends the chain iff no later dominator dominates it, and if it does not, it joins the
-    prefix (its dominators are the later ones of p's). Once p's dominators are all served with
-    inert replacements, p ends the chain and is the first dominator of the node before it; a
-    replacement that lands inside the prefix and dominates the node before it cuts the prefix
-    there and joins it. Each step's dominators are the tokens after the node, as they are now:
-    the frame's sorted tokens not yet served plus the replacements of the served ones."""
+    The chain's prefix c_0 … p is kept as a stack of nodes (key, tie, gain, row, frame position or
+    −1). The winners are p's dominators after p, in order. Gain ≥ loss for every token (also in
+    floating point), so whatever dominates a dominator of p dominates p too: a dominator ends the
+    chain iff no later dominator dominates it, and if it does not, it is pushed (its dominators
+    are the later ones of p's). Once p has no dominators left, p is the winner: it pops and is the
+    first dominator of the node before it, or, if p is c_0, it is served and its replacement is
+    the new c_0 (its key does not grow, so it stays first). A replacement that lands inside the
+    prefix and dominates the node before it cuts the prefix there and is pushed. Dominators are
+    read from the tokens as they are now: the frame's sorted ones not yet served plus the
+    replacements of the served ones."""
     k = tokens.cur_k[cand]
     order = np.lexsort((tie[cand], k))
     rows = cand[order]
     k, g, l = k[order], tokens.cur_g[rows], tokens.cur_l[rows]
-    n = rows.size
-    after = np.empty(n)  # after[i]: the largest loss strictly after position i
-    after[:-1] = np.maximum.accumulate(l[:0:-1])[::-1]
-    after[-1] = -np.inf
-    chain = [0]
-    c = 0
-    while after[c] >= g[c]:
-        c = c + 1 + int(np.argmax(l[c + 1:] >= g[c]))
-        chain.append(c)
-    if len(chain) == 1:
-        budget = _run_first(tokens, s, rows, k, tie, float(after[0]), hi, budget, zstep)
-        tokens.update(rows[:1], s)
-        return budget
     state = _FrameState(rows, k, g, l, tie, s.size)
-    prefix = [(float(k[c]), int(tie[rows[c]]), float(g[c])) for c in chain[:-1]]  # (key, tie, gain)
+    prefix = [(float(k[0]), float(tie[rows[0]]), float(g[0]), int(rows[0]), 0)]
+    sl, lol, hil = s.tolist(), lo.tolist(), hi.tolist()
     while True:
-        level = state.dominators(*prefix[-1])
-        budget, status, node = _serve_dominators(tokens, s, lo, hi, budget, zstep, level, prefix, state)
-        if status is _Status.STOP or (status is _Status.EXHAUSTED and len(prefix) == 1):
+        level = state.dominators(*prefix[-1][:3])
+        budget, status, node = _serve_dominators(tokens, sl, lol, hil, budget, zstep, level, prefix, state)
+        if status is _Status.EXHAUSTED and len(prefix) == 1:
+            budget, status, node = _serve_first(tokens, sl, lol, hil, budget, zstep, prefix[0], state)
+        if status is _Status.STOP:
             break
         if status is _Status.EXHAUSTED:
             prefix.pop()
-        elif status is _Status.CUT:  # node lands in the prefix: keep what is before it
-            while prefix and prefix[-1][:2] > node[:2]:
+        elif status is _Status.CUT:  # node lands in the prefix (or is the new c_0): keep what is before it
+            while prefix and prefix[-1][:2] >= node[:2]:
                 prefix.pop()
             prefix.append(node)
-        else:  # _Status.JOIN: node dominates p but something after it dominates node
+        else:  # JOIN: a dominator of p that something after it dominates
             prefix.append(node)
-    tokens.update(np.flatnonzero(state.served), s)
+    served = np.flatnonzero(state.served)
+    s[served] = np.array(sl)[served]
+    tokens.update(served, s)
     return budget
+
+
+def _serve_first(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int], budget: int, zstep: int,
+                 node: tuple, state: "_FrameState") -> tuple[int, "_Status", tuple]:
+    """c_0 has no dominators: it wins. Serve it; its replacement is the new c_0 (a CUT before
+    every node), unless the frame cannot go on."""
+    key, td, _, j, pos = node
+    step = lo[j] if s[j] == 0 else 1
+    if step > budget:
+        return budget, _Status.STOP, ()
+    state.served[j] = True
+    if pos >= 0:
+        state.gone[pos] = True
+    state.moved.pop(j, None)
+    s[j] += step
+    budget -= step
+    if budget == 0 or budget < zstep or s[j] >= hi[j]:
+        return budget, _Status.STOP, ()  # (at its maximum the new first token is not at hand)
+    kk, gg, ll = tokens.at(j, s[j])
+    if kk > key:
+        return budget, _Status.STOP, ()
+    state.move(j, (kk, td, gg, ll))
+    return budget, _Status.CUT, (kk, td, gg, j, -1)
 
 
 class _Status(enum.Enum):
@@ -210,67 +231,88 @@ class _Status(enum.Enum):
 
 
 class _FrameState:
-    """The frame's tokens, sorted (key, tie), and what became of them: ``gone[i]`` once position
-    i's token is served; for a row served in this frame, its current token in ``m*`` (per row)."""
+    """The frame's tokens, sorted by (key, tie), and what became of them: ``gone[i]`` once
+    position i's token is served; ``moved[row]`` the current token (key, tie, gain, loss) of a row
+    served in this frame, if it has one."""
 
     def __init__(self, rows: np.ndarray, k: np.ndarray, g: np.ndarray, l: np.ndarray, tie: np.ndarray,
                  n_rows: int) -> None:
-        self.k, self.tie, self.g, self.l, self.rows = k, tie[rows], g, l, rows
+        self.keys = k.tolist()
+        self.ties = tie[rows].tolist()
+        self.l = l
+        self.floats = np.stack([k, tie[rows], g])  # read together: one gather per level
+        self.ints = np.stack([rows, np.arange(rows.size)])
         self.gone = np.zeros(rows.size, dtype=bool)
         self.served = np.zeros(n_rows, dtype=bool)
-        self.moved = np.zeros(n_rows, dtype=bool)
-        self.mk, self.mt, self.mg, self.ml = np.zeros(n_rows), tie, np.zeros(n_rows), np.zeros(n_rows)
+        self.moved: dict[int, tuple[float, float, float, float]] = {}
+        self._by_loss: list[tuple[float, tuple, int]] = []  # (−loss, token, row); stale once re-served
 
-    def move(self, j: int, key: float, gain: float, loss: float) -> None:
-        self.moved[j] = True
-        self.mk[j], self.mg[j], self.ml[j] = key, gain, loss
+    def move(self, j: int, token: tuple[float, float, float, float]) -> None:
+        """Row j's current token is now the replacement ``token`` (key, tie, gain, loss)."""
+        self.moved[j] = token
+        insort(self._by_loss, (-token[3], token, j))
 
-    def dominators(self, key: float, tie: int, gain: float) -> "_Level":
+    def dominators(self, key: float, tie: float, gain: float) -> "_Level":
         """The tokens after (key, tie) with loss ≥ ``gain``, as they are now, in visiting order."""
-        lo = int(np.searchsorted(self.k, key, side="left"))
-        hi = int(np.searchsorted(self.k, key, side="right"))
-        start = lo + int(np.searchsorted(self.tie[lo:hi], tie, side="right"))
+        start = bisect_left(self.keys, key)
+        while start < len(self.keys) and self.keys[start] == key and self.ties[start] <= tie:
+            start += 1
         pos = np.flatnonzero((self.l[start:] >= gain) & ~self.gone[start:]) + start
-        mk, mt = self.mk, self.mt
-        moved = np.flatnonzero(self.moved & ((mk > key) | ((mk == key) & (mt > tie))) & (self.ml >= gain))
-        if not moved.size:
-            return _Level(self.k[pos], self.tie[pos], self.g[pos], self.l[pos], self.rows[pos], pos)
-        k = np.concatenate([self.k[pos], mk[moved]])
-        t = np.concatenate([self.tie[pos], mt[moved]])
-        order = np.lexsort((t, k))
-        return _Level(k[order], t[order], np.concatenate([self.g[pos], self.mg[moved]])[order],
-                      np.concatenate([self.l[pos], self.ml[moved]])[order],
-                      np.concatenate([self.rows[pos], moved])[order],
-                      np.concatenate([pos, np.full(moved.size, -1)])[order])
+        level = _Level(self.floats[:, pos], self.ints[:, pos], self.l[pos])
+        moved, stale = [], 0
+        for neg_loss, tok, j in self._by_loss:  # highest loss first: stop below ``gain``
+            if -neg_loss < gain:
+                break
+            if self.moved.get(j) is not tok:
+                stale += 1
+            elif tok[0] > key or (tok[0] == key and tok[1] > tie):
+                moved.append((*tok, j, -1))
+        if stale:
+            self._by_loss = [e for e in self._by_loss if self.moved.get(e[2]) is e[1]]
+        if moved:
+            level.merge(moved)
+        return level
 
 
 class _Level:
-    """The dominators of the prefix's last node as Python lists — keys, ties, gains, rows, frame
-    positions (−1 for a replacement token) — and tail[i], the largest loss among i, i+1, …"""
+    """The dominators of the prefix's last node as Python lists — keys, ties, gains, losses, rows,
+    frame positions (−1 for a replacement token) — and tail[i], the largest loss among i, i+1, …"""
 
-    def __init__(self, k: np.ndarray, t: np.ndarray, g: np.ndarray, l: np.ndarray, rows: np.ndarray,
-                 pos: np.ndarray) -> None:
-        self.keys, self.ties, self.gains, self.rows, self.pos = k.tolist(), t.tolist(), g.tolist(), rows.tolist(), pos.tolist()
-        self.tail = np.append(np.maximum.accumulate(l[::-1])[::-1], -np.inf).tolist()
+    def __init__(self, floats: np.ndarray, ints: np.ndarray, loss: np.ndarray) -> None:
+        self.keys, self.ties, self.gains = floats.tolist()
+        self.rows, self.pos = ints.tolist()
+        self.losses = loss.tolist()
+        self.tail = np.maximum.accumulate(loss[::-1])[::-1].tolist()
+        self.tail.append(-np.inf)
+
+    def merge(self, moved: list[tuple[float, float, float, float, int, int]]) -> None:
+        """Add replacement tokens (key, tie, gain, loss, row, −1) in visiting order."""
+        entries = sorted([*zip(self.keys, self.ties, self.gains, self.losses, self.rows, self.pos), *moved])
+        self.keys, self.ties, self.gains, self.losses, self.rows, self.pos = (list(c) for c in zip(*entries))
+        tail = [-np.inf] * (len(entries) + 1)
+        for i in range(len(entries) - 1, -1, -1):
+            tail[i] = max(tail[i + 1], self.losses[i])
+        self.tail = tail
 
 
-def _serve_dominators(tokens: _Tokens, s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
+def _serve_dominators(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int], budget: int,
                       zstep: int, level: _Level, prefix: list, state: _FrameState) -> tuple[int, _Status, tuple]:
     """Serve p's dominators (``level``, in visiting order) while each ends the chain and its
     replacement is inert or wins again. Returns the GPUs left, why it stopped and the token
-    (key, tie, gain) that joins or cuts the prefix."""
-    pk, pt, gp = prefix[-1]
+    node that joins or cuts the prefix. ``s``, ``lo``, ``hi`` are per-row lists."""
+    pk, pt, gp = prefix[-1][:3]
     tail = level.tail
+    kmat, gmat, lmat, width = tokens.k, tokens.g, tokens.l, tokens.width
     for i, (kd, td, gain, j, pos) in enumerate(zip(level.keys, level.ties, level.gains, level.rows, level.pos)):
-        step = int(lo[j]) if s[j] == 0 else 1
+        step = lo[j] if s[j] == 0 else 1
         if step > budget:
             return budget, _Status.STOP, ()
         if not gain > tail[i + 1]:
-            return budget, _Status.JOIN, (kd, td, gain)
+            return budget, _Status.JOIN, (kd, td, gain, j, pos)
         state.served[j] = True
         if pos >= 0:
             state.gone[pos] = True
-        state.moved[j] = False
+        state.moved.pop(j, None)
         while True:  # serve j, then look at its replacement token: inert, the next winner, or a doubt
             s[j] += step
             budget -= step
@@ -279,39 +321,24 @@ def _serve_dominators(tokens: _Tokens, s: np.ndarray, lo: np.ndarray, hi: np.nda
                 return budget, _Status.STOP, ()
             if s[j] >= hi[j]:
                 break  # no replacement: inert
-            kk, gg, ll = tokens.at(j, int(s[j]))
+            lev = s[j]
+            if lev < width:
+                at = j * width + lev
+                kk, gg, ll = kmat.item(at), gmat.item(at), lmat.item(at)
+            else:
+                kk, gg, ll = tokens.at(j, lev)
             if kk > kd:
                 return budget, _Status.STOP, ()  # the token moves later (a falling curve): not covered
-            state.move(j, kk, gg, ll)
+            state.move(j, (kk, td, gg, ll))
             if kk < pk or (kk == pk and td < pt):  # lands inside the prefix: inert unless it heads or joins
                 before = [node for node in prefix if node[:2] < (kk, td)]
                 if not before or ll >= before[-1][2]:
-                    return budget, _Status.CUT, (kk, td, gg)
+                    return budget, _Status.CUT, (kk, td, gg, j, -1)
                 break
             if ll < gp:
                 break  # after p and does not dominate p: inert
             if not gg > tail[i + 1]:
-                return budget, _Status.JOIN, (kk, td, gg)  # p's first dominator, not the chain's end
-            state.moved[j] = False
+                return budget, _Status.JOIN, (kk, td, gg, j, -1)  # p's first dominator, not the end
+            del state.moved[j]
             kd = kk  # p's first dominator and the chain's end: it wins again
     return budget, _Status.EXHAUSTED, ()
-
-
-def _run_first(tokens: _Tokens, s: np.ndarray, rows: np.ndarray, k: np.ndarray, tie: np.ndarray,
-               rest: float, hi: np.ndarray, budget: int, zstep: int) -> int:
-    """The first token is the chain's end: serve it, and again while it stays first and no other
-    token dominates it (``rest`` is the largest loss among the others, which do not change)."""
-    j = int(rows[0])
-    second = (float(k[1]), int(tie[rows[1]])) if rows.size > 1 else None
-    tj = int(tie[j])
-    step = int(tokens.lo[j]) if s[j] == 0 else 1
-    top = int(hi[j])
-    while True:
-        s[j] += step
-        budget -= step
-        step = 1
-        if budget == 0 or budget < zstep or s[j] >= top:
-            return budget
-        kk, gg, _ = tokens.at(j, int(s[j]))
-        if (second is not None and (kk, tj) > second) or not gg > rest:
-            return budget
