@@ -4,7 +4,8 @@ It hosts the job's long-lived TCPStore (through a ``Coordinator``), launches one
 turns ``start``/``resize``/``stop`` into memberships (see ``coddl.elastic.protocol``). A monitor thread
 waits on the workers' process sentinels, so a worker that dies (any exit, SIGKILL included) is noticed
 within milliseconds: the survivors get a ``failure`` membership and continue in place; if nobody
-survives, fresh workers restart from the last checkpoint (at most ``max_restarts`` times).
+survives, fresh workers restart from the last checkpoint (at most ``max_restarts`` times). A worker
+that exits before rank 0 has recorded the end of training counts as failed, whatever its exit code.
 
 A slot is a logical GPU index. When CUDA exists the worker sees only that slot's GPU
 (``CUDA_VISIBLE_DEVICES``); otherwise the slot is a CPU slot and only names the worker.

@@ -177,7 +177,8 @@ class Session:
         optimizer steps or ``epochs`` epochs are done (counted for the whole job, across resizes).
 
         ``global_batch`` keeps the global batch fixed whatever the world size; ``local_batch`` instead
-        keeps the per-rank batch fixed (linear scaling). Call ``step()`` exactly once per batch.
+        keeps the per-rank batch fixed (linear scaling). Call ``step()`` exactly once per batch. Let the
+        generator end the training: a worker that leaves the loop early looks like a failed worker.
         """
         if self._model is None:
             raise RuntimeError("call s.wrap(model, optimizer) before s.batches()")
