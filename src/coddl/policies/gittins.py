@@ -10,13 +10,16 @@ import numpy as np
 
 from coddl.perf.curves import data_path
 from coddl.policies.base import Context, Policy, greedy_fit, lexorder
-from coddl.policies.registry import register
+from coddl.policies.registry import PolicySpecError, register
 
 
 @lru_cache(maxsize=None)
 def bootstrap_samples(name: str) -> np.ndarray:
     """Job GPU-time samples (GPU-seconds) from a bundled Tiresias YARN file, e.g. yarn-gput1000.csv."""
     path = data_path(f"traces/tiresias/{name}")
+    if not path.is_file():
+        known = sorted(p.name for p in path.parent.glob("yarn-gput*.csv"))
+        raise PolicySpecError(f"tiresias-g: bootstrap: no bundled file {name!r}; bundled: {', '.join(known) or 'none'}")
     with open(path, newline="") as f:
         return np.array([float(row["duration"]) for row in csv.DictReader(f)])
 

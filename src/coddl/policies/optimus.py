@@ -8,7 +8,7 @@ import numpy as np
 
 from coddl.policies.base import Context, Policy, greedy_fit, lexorder
 from coddl.policies.marginal import greedy_ladder
-from coddl.policies.registry import register
+from coddl.policies.registry import PolicySpecError, register
 
 
 @register
@@ -33,6 +33,11 @@ class Optimus(Policy):
     class Params:
         start: str = "zero"  # "zero": every job from 0 GPUs (CoDDL simulator); "request": from r_j
 
+    def __init__(self, params: "Optimus.Params | None" = None) -> None:
+        super().__init__(params)
+        if self.params.start not in ("zero", "request"):
+            raise PolicySpecError(f"optimus: start must be 'zero' or 'request', got {self.params.start!r}")
+
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
         n = len(j)
@@ -40,12 +45,7 @@ class Optimus(Policy):
         order = lexorder(j.first_start, j.arrival, j.uid)
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n)
-        if self.params.start == "request":
-            first = np.clip(j.requested, lo, np.maximum(hi, lo))
-        elif self.params.start == "zero":
-            first = lo
-        else:
-            raise ValueError(f"optimus: start must be 'zero' or 'request', got {self.params.start!r}")
+        first = np.clip(j.requested, lo, np.maximum(hi, lo)) if self.params.start == "request" else lo
         admitted = greedy_fit(order, first, ctx.capacity)
         start = np.where(admitted, first, 0)
         budget = ctx.capacity - int(start.sum())

@@ -8,7 +8,7 @@ import numpy as np
 
 from coddl.policies.base import Context, Policy, greedy_fit, lexorder
 from coddl.policies.book import JobBook
-from coddl.policies.registry import register
+from coddl.policies.registry import PolicySpecError, register
 
 # A job whose service is within this of a threshold has crossed it: the wakeup that demotes it
 # is computed as now + (threshold − service) / GPUs, and floating point may land just short.
@@ -55,9 +55,9 @@ class TiresiasL(Policy):
         super().__init__(params)
         p = self.params
         if p.service not in ("attained", "since-start"):
-            raise ValueError(f"tiresias-l: service must be 'attained' or 'since-start', got {p.service!r}")
+            raise PolicySpecError(f"tiresias-l: service must be 'attained' or 'since-start', got {p.service!r}")
         if p.queue_order not in ("arrival", "first-start"):
-            raise ValueError(f"tiresias-l: queue_order must be 'arrival' or 'first-start', got {p.queue_order!r}")
+            raise PolicySpecError(f"tiresias-l: queue_order must be 'arrival' or 'first-start', got {p.queue_order!r}")
         self._thr = np.asarray(sorted(p.thresholds), dtype=float)
         # queue reached (0 = top), attained service at the last promotion, when it last stopped running
         self._book = JobBook(queue=0.0, base=0.0, waiting_since=0.0)
