@@ -181,7 +181,10 @@ class ConsolidatingPlacer:
     def _shape(free: np.ndarray, need: int) -> Shape:
         """Where ``need`` new GPUs go given usable ``free`` GPUs per node: best fit — the fullest
         node that still holds the rest — or, when no node does, the emptiest node first, so the job
-        spans the fewest nodes. Computed on a copy, so candidates can be compared before taking."""
+        spans the fewest nodes. Nothing is taken, so candidates can be compared first."""
+        fits = np.flatnonzero(free >= need)
+        if fits.size:  # the common case: one node holds it (no copy)
+            return [(int(fits[np.argmin(free[fits])]), need)]
         free = free.copy()
         shape: Shape = []
         while need > 0:
