@@ -43,7 +43,7 @@ from coddl.runtime.executors.base import (
 
 _RELEASES = (ActionKind.SUSPEND, ActionKind.SHRINK)
 _BUSY = (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING)
-FINISH_GRACE_S = 10.0  # after training ended, how long workers may take to exit on their own
+FINISH_GRACE_S = 5.0  # after training ended, how long workers may take to exit on their own
 
 
 @dataclass(frozen=True)
@@ -139,16 +139,19 @@ class ElasticExecutor:
         """Workers of a previous controller (see WorkersEvent); only a local executor can reach them."""
         return 0
 
-    def close(self) -> None:
-        """Stop every job (rank 0 checkpoints) and the monitor; no worker outlives the executor."""
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop every job (rank 0 checkpoints) and the monitor; no worker outlives the executor: a job
+        whose operations are still stuck after ``timeout_s`` has its workers killed."""
         self._closed.set()
         self._monitor.join(timeout=10)
         with self._lock:
             jobs, self._jobs = list(self._jobs.values()), {}
             for r in jobs:
                 self._retire(r, self._stop_and_close)
-            pending = [r.chain for r in jobs]
-        wait(pending, timeout=120)
+        wait([r.chain for r in jobs], timeout=timeout_s)
+        for r in jobs:
+            if not r.chain.done():
+                r.job.close()
 
     # ------------------------------------------------------------------ hooks for subclasses
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
@@ -211,6 +214,8 @@ class ElasticExecutor:
                 r.job.start(a.new)
             elif set(a.new) != set(r.slots):
                 r.job.resize(a.new)
+                if r.job.coordinator.finished():
+                    return  # training ended while the resize waited for it: nothing was moved
             seconds = time.perf_counter() - t0  # same GPUs (RECORE): only the pinning below changes
             r.slots, r.cores = a.new, a.cores
             if a.new:
@@ -287,6 +292,11 @@ class ElasticExecutor:
                 launch = self._launches.pop(job_id, None)
                 if self._jobs.pop(job_id, None) is None:
                     return  # cancelled or failed meanwhile
+                if trained and rep.phase is not JobPhase.FINISHED:
+                    # Stragglers: workers that joined a resize posted as training ended wait for
+                    # members that are gone, and the resize waits for them. Stopping the job ends
+                    # both (an in-flight operation may hold the chain, so not through it).
+                    threading.Thread(target=r.job.stop, kwargs={"grace_s": 2.0}, daemon=True).start()
                 self._retire(r, self._close)
             message = None if trained else _last_error(launch.job_dir if launch else None)
             self._emit(ExitEvent(job_id, finished=trained, at=time.time(), message=message))
@@ -300,9 +310,8 @@ class ElasticExecutor:
 
     @staticmethod
     def _trained_for(r: _Running) -> float:
-        """Seconds since rank 0 recorded the end of training. Workers that joined a resize posted
-        just before the end wait for members that have already left; once training is over they
-        have nothing to do, so the job counts as finished after a grace period (and is closed)."""
+        """Seconds since rank 0 recorded the end of training: after a grace period the job counts as
+        finished even if some of its workers have not exited (see the stragglers in ``_watch``)."""
         if not r.job.coordinator.finished():
             return 0.0
         if r.trained_since is None:

@@ -205,9 +205,9 @@ class RayExecutor(ElasticExecutor):
             mine = [pid for slot, pid in pids.items() if int(c.node_of_gpu[slot]) == node]
             self._agents[node].pin.remote(mine, local)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 60.0) -> None:
         try:
-            super().close()
+            super().close(timeout_s)
         finally:
             self._ray.get([a.shutdown.remote() for a in self._agents])
             for a in self._agents:
