@@ -102,13 +102,14 @@ class HttpServer:
                                                      access_log=False, lifespan="off"))
         self._thread = threading.Thread(target=self._server.run, name="coddl-http", daemon=True)
         self.host = host
+        self.port = port
 
     def start(self, timeout: float = 30.0) -> None:
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the API server did not start on {self.host}")
+                raise ConfigError(f"cannot listen on {self.host}:{self.port} (address in use or not this host's?)")
             time.sleep(0.02)
 
     @property

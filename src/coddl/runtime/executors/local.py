@@ -35,9 +35,10 @@ class LocalExecutor(ElasticExecutor):
     kind = "local"
 
     def __init__(self, gpus: int, settings: ExecutorSettings = ExecutorSettings()) -> None:
+        cluster = local_cluster(gpus)
         pool = WorkerPool()
         pool.warm()  # pay the forkserver's torch import now, not at the first job's start
-        super().__init__(local_cluster(gpus), pool, host="127.0.0.1", settings=settings)
+        super().__init__(cluster, pool, host="127.0.0.1", settings=settings)
 
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         local_pin(pids, cores)
