@@ -81,6 +81,16 @@ def test_the_controller_grows_and_shrinks_a_running_job(srv):
     assert {2, 4} <= world_sizes  # it really trained at both sizes
 
 
+def test_a_job_that_keeps_failing_is_reported_failed_with_its_error(srv):
+    idle(srv)
+    bad = srv.submit({**tiny_job("doomed", steps=50, max_gpus=1), "env": {"FAIL": "1"}})
+    job = srv.wait_job(bad, lambda j: j["terminal"], 180, "ended")
+    assert job["status"] == "failed"
+    assert "RuntimeError: tiny job told to fail" in job["message"]
+    assert [e["kind"] for e in job["events"]].count("worker-lost") >= 1
+    assert srv.admin.get("/cluster").json()["gpus_in_use"] == 0
+
+
 def test_a_job_survives_a_worker_killed_with_sigkill(srv):
     idle(srv)
     c = srv.submit(tiny_job("survivor", steps=300, min_gpus=2, max_gpus=2, step_s=0.05))
