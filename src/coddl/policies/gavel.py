@@ -20,7 +20,8 @@ The curve P_m(d_j) cancels from the ratio, so only ``ctx.type_speed`` enters: th
 jobs only through (model, demand). Jobs are grouped into those classes (identical jobs get
 identical rows in an optimal solution, by symmetry and convexity), which keeps the LP at a few
 hundred variables however many jobs are active; it is re-solved only at a round boundary after
-the job set changed, as Gavel does.
+the job set changed, as Gavel does. On a single GPU type the optimum is the equal share itself and
+no LP is solved.
 
 Rounds (default 360 s, Gavel's): at each boundary every type's GPUs go to the jobs with the highest
 priority X[j, t] / (share of time received on t) — Gavel's priority, kept as time entitled under X
