@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +52,7 @@ class ControllerSettings:
     period_s: float = 5.0  # the policy re-runs at most this often for corrected throughputs
     min_tick_s: float = 0.2  # events closer together than this are handled in one tick
     speed_tolerance: float = 0.10  # push a new speed factor only when it moved by more than this
+    sample_s: float = 2.0  # keep at most one progress report per job this often in its history
 
 
 class Controller:
@@ -65,6 +66,8 @@ class Controller:
         self.epoch = store.epoch()
         self._corrections: dict[JobId, OnlineCorrection] = {}
         self._pushed: dict[JobId, float] = {}  # the speed factor the scheduler has now
+        self._sampled: dict[JobId, float] = {}  # when a job's history last kept a report
+        self._unsampled: dict[JobId, ProgressUpdate] = {}  # the newest report it did not keep
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="coddl-controller", daemon=True)
@@ -177,7 +180,14 @@ class Controller:
             if jid not in self.scheduler.table.row:
                 continue  # a late report about a job that already left
             if isinstance(ev, ProgressEvent):
-                progress.append(ProgressUpdate(int(jid), ev.at, ev.step, ev.world_size, ev.steps_per_s, ev.loss))
+                keep = ev.at - self._sampled.get(jid, -np.inf) >= self.settings.sample_s
+                u = ProgressUpdate(int(jid), ev.at, ev.step, ev.world_size, ev.steps_per_s, ev.loss, keep)
+                if keep:
+                    self._sampled[jid] = ev.at
+                    self._unsampled.pop(jid, None)
+                else:
+                    self._unsampled[jid] = u
+                progress.append(u)
                 self._observe(jid, ev, now)
             elif isinstance(ev, AppliedEvent):
                 self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
@@ -187,7 +197,8 @@ class Controller:
                 self.store.record_event(int(jid), "worker-lost", ev.at,
                                         f"{ev.failures} worker failures, {ev.restarts} restarts from checkpoint")
             elif isinstance(ev, ExitEvent):
-                self.store.record_progress(progress)  # its final report first
+                last = self._unsampled.pop(jid, None)  # the final report belongs in the history
+                self.store.record_progress(progress + ([replace(last, sample=True)] if last else []))
                 progress = []
                 status = JobStatus.FINISHED if ev.finished else JobStatus.FAILED
                 self.store.finish(int(jid), status, ev.at, ev.message)
@@ -225,3 +236,5 @@ class Controller:
     def _forget(self, jid: JobId) -> None:
         self._corrections.pop(jid, None)
         self._pushed.pop(jid, None)
+        self._sampled.pop(jid, None)
+        self._unsampled.pop(jid, None)

@@ -177,12 +177,16 @@ class SampleView:
 
 @dataclass(frozen=True, slots=True)
 class ProgressUpdate:
+    """A progress report; ``sample`` also keeps it in the job's history (the controller thins the
+    history out: a report every half second for a week-long job is more than anyone reads)."""
+
     job_id: int
     at: float
     step: int
     world_size: int
     steps_per_s: float
     loss: float | None
+    sample: bool = True
 
 
 def _job(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
@@ -419,8 +423,9 @@ class Store:
                 row.steps_per_s = u.steps_per_s
                 if u.loss is not None:
                     row.loss = u.loss
-                s.add(SampleRow(job_id=u.job_id, at=u.at, step=u.step, world_size=u.world_size,
-                                steps_per_s=u.steps_per_s, loss=u.loss))
+                if u.sample:
+                    s.add(SampleRow(job_id=u.job_id, at=u.at, step=u.step, world_size=u.world_size,
+                                    steps_per_s=u.steps_per_s, loss=u.loss))
 
     def finish(self, job_id: int, status: JobStatus, at: float, message: str | None = None) -> None:
         """A job reached a terminal state: record it, release its allocation."""
