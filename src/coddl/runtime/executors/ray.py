@@ -34,6 +34,7 @@ from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 # The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
 # worker bootstrap, which must not run again inside the fork server).
 AGENT_PRELOAD = ("torch", "torch._dynamo", "coddl.elastic.session", "coddl.elastic.worker")
+AGENT_START_S = 180.0  # an agent reserves all of its node's GPUs; it waits if someone else holds them
 
 
 def _import_ray(address: str):  # noqa: ANN202 - the ray module
@@ -188,7 +189,11 @@ class RayExecutor(ElasticExecutor):
             .remote(int(cluster.node_first_gpu[i]))
             for i, (node, node_id) in enumerate(zip(cluster.nodes, node_ids))
         ]
-        ray.get([a.warm.remote() for a in self._agents])
+        try:
+            ray.get([a.warm.remote() for a in self._agents], timeout=AGENT_START_S)
+        except ray.exceptions.GetTimeoutError:
+            raise ConfigError(f"the node agents did not start within {AGENT_START_S:.0f} s: are the nodes' GPUs "
+                              f"held by another Ray job?") from None
         host = ray.util.get_node_ip_address()  # where the nodes reach this controller's job stores
         super().__init__(cluster, RayLauncher(ray, self._agents, cluster), host, settings)
 
