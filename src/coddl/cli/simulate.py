@@ -15,7 +15,7 @@ from coddl.policies.registry import make_policy, split_policy_list
 from coddl.sim.config import SimConfig
 from coddl.sim.metrics import Summary, summarise
 from coddl.sim.report import write_report
-from coddl.sim.run import Fragmentation, prepare, run_policy
+from coddl.sim.run import prepare, run_policy
 
 console = Console()
 
@@ -24,13 +24,10 @@ def hours(s: float) -> str:
     return f"{s / 3600:.2f}"
 
 
-def summary_table(summaries: list[Summary], title: str, fragmentation: dict[str, float] | None = None) -> Table:
-    """``fragmentation``: policy → time-averaged share of free GPUs stranded on partly used nodes."""
+def summary_table(summaries: list[Summary], title: str) -> Table:
     t = Table(title=title)
     cols = ["policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
-            "avg queueing (h)", "GPU util", "reconfigs", "sim wall (s)"]
-    if fragmentation is not None:
-        cols.insert(-1, "fragmentation")
+            "avg queueing (h)", "GPU util", "reconfigs", "fragmentation", "sim wall (s)"]
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     best = min(s.avg_jct for s in summaries)
@@ -38,9 +35,7 @@ def summary_table(summaries: list[Summary], title: str, fragmentation: dict[str,
         style = "bold green" if s.avg_jct == best else None
         cells = [s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
                  hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
-                 str(s.reconfigurations), f"{s.wall_s:.1f}"]
-        if fragmentation is not None:
-            cells.insert(-1, f"{fragmentation[s.policy]:.1%}")
+                 str(s.reconfigurations), f"{s.fragmentation:.1%}", f"{s.wall_s:.1f}"]
         t.add_row(*cells, style=style)
     return t
 
@@ -87,18 +82,15 @@ def simulate_cmd(
                       f"reconfig={cfg.reconfig}, rate={cfg.rate}{', mixing' if cfg.allow_mixing else ''}, "
                       f"seed={cfg.seed}")
         results = {}
-        frag = {p: Fragmentation() for p in cfg.policies}
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
             tasks = {p: bar.add_task(p, total=n) for p in cfg.policies}
             for p in cfg.policies:
-                results[p] = run_policy(prep, p, cfg, check=check, fragmentation=frag[p],
+                results[p] = run_policy(prep, p, cfg, check=check,
                                         progress=lambda done, _t=tasks[p]: bar.update(_t, completed=done))
                 bar.update(tasks[p], completed=n)
         summaries = [summarise(r) for r in results.values()]
-        end = {p: max((rec.finish for rec in r.records), default=0.0) for p, r in results.items()}
-        console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs",
-                                    {p: frag[p].mean(end[p]) for p in cfg.policies}))
+        console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs"))
         if out is not None:
             files = write_report(out, summaries, results)
             (out / "config.json").write_text(cfg.to_json() + "\n")

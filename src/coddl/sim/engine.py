@@ -35,6 +35,8 @@ class SimResult:
     capacity: int
     # (time, GPUs in use) after every step that changed the allocation
     utilisation: list[tuple[float, int]] = field(default_factory=list)
+    # (time, share of free GPUs stranded on partly used nodes) at each change
+    fragmentation: list[tuple[float, float]] = field(default_factory=list)
     # (time, job, GPUs) for every action
     timeline: list[tuple[float, JobId, int]] = field(default_factory=list)
     events: int = 0
@@ -104,6 +106,10 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
         used = scheduler.gpus_in_use
         if not res.utilisation or res.utilisation[-1][1] != used:
             res.utilisation.append((now, used))
+        if step.plan.actions or not res.fragmentation:
+            frag = scheduler.placer.fragmentation()
+            if not res.fragmentation or res.fragmentation[-1][1] != frag:
+                res.fragmentation.append((now, frag))
         if wants_timer and scheduler.table.n:
             w = scheduler.next_wakeup(now)
             if w is not None and w > now and (timer_at is None or w < timer_at or timer_at <= now):

@@ -20,6 +20,7 @@ class Summary:
     avg_queueing_delay: float
     gpu_utilisation: float  # busy GPU-time / (capacity × makespan)
     reconfigurations: int  # grow + shrink + migrate + suspend + resume
+    fragmentation: float  # time-averaged share of free GPUs stranded on partly used nodes
     wall_s: float
     events: int
 
@@ -27,25 +28,27 @@ class Summary:
         return asdict(self)
 
 
-def busy_gpu_seconds(series: list[tuple[float, int]], end: float) -> float:
+def time_integral(series: list[tuple[float, float]], end: float) -> float:
+    """∫ value dt of a step series of (time, value) change points, up to ``end``."""
     if not series:
         return 0.0
-    t = np.array([s[0] for s in series] + [end])
-    u = np.array([s[1] for s in series], dtype=float)
-    return float((np.diff(t) * u).sum())
+    t = np.array([s[0] for s in series] + [max(end, series[-1][0])])
+    v = np.array([s[1] for s in series], dtype=float)
+    return float((np.diff(t) * v).sum())
 
 
 def summarise(res: SimResult) -> Summary:
     recs = res.records
     if not recs:
-        return Summary(res.policy, 0, *([0.0] * 6), 0, res.wall_s, res.events)
+        return Summary(res.policy, 0, *([0.0] * 6), 0, 0.0, res.wall_s, res.events)
     jct = np.array([r.jct for r in recs])
     arrival = np.array([r.spec.arrival for r in recs])
     finish = np.array([r.finish for r in recs])
     start = arrival.min()
     end = finish.max()
     makespan = float(end - start)
-    busy = busy_gpu_seconds(res.utilisation, end)
+    busy = time_integral(res.utilisation, end)
+    frag_span = end - res.fragmentation[0][0] if res.fragmentation else 0.0
     starts = sum(1 for r in recs if r.first_start == r.first_start)
     return Summary(
         policy=res.policy,
@@ -57,6 +60,7 @@ def summarise(res: SimResult) -> Summary:
         avg_queueing_delay=float(np.mean([r.queueing_delay for r in recs])),
         gpu_utilisation=busy / (res.capacity * makespan) if makespan > 0 else 0.0,
         reconfigurations=max(0, res.actions - starts),
+        fragmentation=time_integral(res.fragmentation, end) / frag_span if frag_span > 0 else 0.0,
         wall_s=res.wall_s,
         events=res.events,
     )

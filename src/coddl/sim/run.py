@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -12,7 +12,7 @@ from coddl.core.job import JobSpec
 from coddl.perf.curves import CurveTable, load_coddl_curves
 from coddl.perf.heterogeneity import type_speed_matrix
 from coddl.policies.registry import make_policy
-from coddl.scheduler import Scheduler, StepResult
+from coddl.scheduler import Scheduler
 from coddl.sim.config import ConfigError, SimConfig
 from coddl.sim.engine import SimResult, simulate
 from coddl.sim.estimator_rate import EstimatorRate
@@ -29,39 +29,6 @@ class Prepared:
     type_speed: np.ndarray  # [t, m]: model m on the cluster's type t vs. its curve (perf/heterogeneity.py)
     # placement-dependent rates: charged with --rate estimator, and the placer's scorer on mixed clusters
     estimator: EstimatorRate | None = None
-
-
-@dataclass
-class Fragmentation:
-    """The placer's fragmentation after every scheduling step, as (time, value) change points."""
-
-    series: list[tuple[float, float]] = field(default_factory=list)
-
-    def record(self, now: float, value: float) -> None:
-        if not self.series or self.series[-1][1] != value:
-            self.series.append((now, value))
-
-    def mean(self, end: float) -> float:
-        """Time-weighted mean from the first step to ``end``."""
-        if not self.series:
-            return 0.0
-        t = np.array([s[0] for s in self.series] + [max(end, self.series[-1][0])])
-        v = np.array([s[1] for s in self.series])
-        span = t[-1] - t[0]
-        return float((np.diff(t) * v).sum() / span) if span > 0 else float(v[-1])
-
-
-class _RecordingScheduler(Scheduler):
-    """Samples fragmentation after each step (the engine knows nothing of placement metrics)."""
-
-    def __init__(self, *args, fragmentation: Fragmentation, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._fragmentation = fragmentation
-
-    def step(self, now: float) -> StepResult:
-        out = super().step(now)
-        self._fragmentation.record(now, self.placer.fragmentation())
-        return out
 
 
 def build_cluster(cfg: SimConfig) -> Cluster:
@@ -90,14 +57,9 @@ def prepare(cfg: SimConfig) -> Prepared:
 
 
 def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = False,
-               progress: Callable[[int], None] | None = None,
-               fragmentation: Fragmentation | None = None) -> SimResult:
-    """Replay the workload through ``policy``; ``fragmentation``, if given, records the placer's
-    fragmentation over time."""
-    args = (prep.cluster, make_policy(policy), prep.curves)
-    kwargs = {"seed": cfg.seed, "type_speed": prep.type_speed}
-    sched = (Scheduler(*args, **kwargs) if fragmentation is None
-             else _RecordingScheduler(*args, fragmentation=fragmentation, **kwargs))
+               progress: Callable[[int], None] | None = None) -> SimResult:
+    """Replay the workload through ``policy``."""
+    sched = Scheduler(prep.cluster, make_policy(policy), prep.curves, seed=cfg.seed, type_speed=prep.type_speed)
     sched.placer.allow_mixing = cfg.allow_mixing
     est = prep.estimator
     if est is not None and len(prep.cluster.type_names) > 1:
