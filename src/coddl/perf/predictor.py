@@ -19,11 +19,12 @@ Remaining steps. When samples carry the training loss, Optimus's loss curve l(k)
 + β2 (fitted by NNLS in ``perf/nnls.py``) says when the loss has made ``1 − tolerance`` of its
 total drop; otherwise the job's declared remaining iterations are used as they are.
 
-Predictability. A job is predictable once the model, fitted on the samples it had, predicted each
-of its last ``window`` new samples within ``threshold`` (relative error) — a one-step-ahead test,
-so a model that merely fits its own points does not count — and, when CPU cores are a decision,
-once it has been measured at ``min_cpu_configs`` distinct core counts per GPU (eff needs three to
-be identified).
+Predictability. A job is predictable once the model, fitted on the samples it had, predicted its
+last ``window`` new samples within ``threshold`` on average (relative error) — a one-step-ahead
+test, so a model that merely fits its own points does not count; the average, not the worst, so
+that one noisy measurement does not flip a job back and forth — and, when CPU cores are a
+decision, once it has been measured at ``min_cpu_configs`` distinct core counts per GPU (eff needs
+three to be identified).
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ def _nnls2(c1: np.ndarray, c2: np.ndarray, y: np.ndarray) -> tuple[float, float]
 
 @dataclass(frozen=True)
 class PredictorParams:
-    """``threshold``: largest relative one-step-ahead error that still counts as predicted;
-    ``window``: how many latest samples must be predicted that well; ``min_samples``: measured
+    """``threshold``: largest mean relative one-step-ahead error that still counts as predicted;
+    ``window``: over how many latest samples the error is averaged; ``min_samples``: measured
     samples needed at all; ``min_cpu_configs``: distinct core counts per GPU needed (1 when cores
     are not a decision); ``reference``: cores per GPU at which eff = 1 (the prior curve's share);
     ``prior_weight``: weight of each prior point relative to a measured sample; ``loss_tolerance``:
@@ -164,7 +165,7 @@ class PredictorParams:
     that keeps being preempted, resumed and probed is most of the policy's cost."""
 
     threshold: float = 0.10
-    window: int = 2
+    window: int = 3
     min_samples: int = 3
     min_cpu_configs: int = 3
     reference: float = 3.0
@@ -240,7 +241,7 @@ class JobPredictor:
     def predictable(self) -> bool:
         p = self.params
         return (len(self.observations) >= p.min_samples and len(self.errors) >= p.window
-                and max(self.errors[-p.window:]) < p.threshold and self.cpu_configs >= p.min_cpu_configs)
+                and sum(self.errors[-p.window:]) < p.threshold * p.window and self.cpu_configs >= p.min_cpu_configs)
 
     def speed(self, w: np.ndarray | float, n: np.ndarray | float, x: np.ndarray | float) -> np.ndarray:
         if self.model is None:
