@@ -144,8 +144,9 @@ class ElasticJob:
 
     def resize(self, slots: Sequence[int]) -> float:
         """Move the job onto ``slots`` in place: workers on kept slots continue, workers on dropped slots
-        leave, new slots get pooled workers that receive the state by broadcast. Returns the seconds
-        until the new group trains. With no slot kept this is a checkpoint-restart (``restart``)."""
+        leave, new slots get pooled workers that receive the state from a survivor. The survivors keep
+        training until the new workers are up. Returns the seconds until the new group trains. With no
+        slot kept this is a checkpoint-restart (``restart``)."""
         if not slots:
             raise ValueError("resize() needs at least one slot; use stop() to release all")
         t0 = time.perf_counter()
