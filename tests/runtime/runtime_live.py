@@ -60,9 +60,11 @@ class Server:
         cmd = [sys.executable, "-m", "coddl.cli", "server", "start", "--gpus", str(gpus), "--port", str(self.port),
                "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2", "--checkpoint-s", "2", *extra]
         self.log_path = state_dir / f"server-{self.port}.log"
+        tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
+        tmp.mkdir(exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env={**os.environ, **(env or {})}, start_new_session=True)
+                                         env={**os.environ, "TMPDIR": str(tmp), **(env or {})}, start_new_session=True)
         self.pgid = self.proc.pid
         self.url = f"http://127.0.0.1:{self.port}"
         wait_for(self._ready, 180, f"the server on port {self.port} (log: {self.log_path})", interval=0.5)
