@@ -293,9 +293,10 @@ class ElasticExecutor:
                 if self._jobs.pop(job_id, None) is None:
                     return  # cancelled or failed meanwhile
                 if trained and rep.phase is not JobPhase.FINISHED:
-                    # Stragglers: workers that joined a resize posted as training ended wait for
-                    # members that are gone, and the resize waits for them. Stopping the job ends
-                    # both (an in-flight operation may hold the chain, so not through it).
+                    # Stragglers: workers still there FINISH_GRACE_S after training ended (say, one
+                    # stuck starting up for a resize) would hold the GPUs and any operation waiting
+                    # for them. Stopping the job ends both (not through the chain, which may be
+                    # what is stuck).
                     threading.Thread(target=r.job.stop, kwargs={"grace_s": 2.0}, daemon=True).start()
                 self._retire(r, self._close)
             message = None if trained else _last_error(launch.job_dir if launch else None)
