@@ -66,7 +66,7 @@ def aiturbo(
     traces: Optional[str] = typer.Option(None, help="comma-separated traces; default: philly-6c71a0, itp-cluster02, "
                                                    "pollux-1"),
     seeds: str = typer.Option("1", help="comma-separated seeds (model draw and sample noise)"),
-    jobs: Optional[int] = typer.Option(400, min=1, help="first N jobs of each trace"),
+    jobs: Optional[int] = typer.Option(1000, min=1, help="first N jobs of each trace (Pollux's has 160)"),
     policies: Optional[str] = typer.Option(None, help="policies to compare; default: AITurbo (unified and "
                                                      "GPU-proportional cores) and the registered baselines"),
     workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
@@ -97,7 +97,7 @@ def aiturbo(
         rows = exp.table(runs, reference)
         t = Table(title=f"avg JCT per trace; ratio = policy ÷ {reference}")
         for c in ("trace", "policy", "avg JCT (h)", "makespan (h)", "GPU util", "CPU util", "÷ AITurbo"):
-            t.add_column(c, justify="left" if c in ("trace", "policy") else "right")
+            t.add_column(c, justify="left" if c in ("trace", "policy") else "right", overflow="fold")
         for r in rows:
             t.add_row(r.trace, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.gpu_utilisation:.2f}",
                       f"{r.cpu_utilisation:.2f}", f"{r.vs_aiturbo:.2f}")

@@ -162,7 +162,8 @@ class PredictorParams:
     the job counts as converged once its loss has made ``1 − loss_tolerance`` of its total drop;
     ``settled``: a sample the model already predicts within this relative error is recorded (and
     scored) without a refit — it would barely move the fit, and refitting at every sample of a job
-    that keeps being preempted, resumed and probed is most of the policy's cost."""
+    that keeps being preempted, resumed and probed is most of the policy's cost; ``history``: how
+    many latest samples are kept and fitted (as many as the scheduler keeps per job)."""
 
     threshold: float = 0.10
     window: int = 3
@@ -172,6 +173,7 @@ class PredictorParams:
     prior_weight: float = 0.3
     loss_tolerance: float = 0.05
     settled: float = 0.10
+    history: int = 64
 
 
 @dataclass
@@ -198,6 +200,7 @@ class JobPredictor:
 
     def __post_init__(self) -> None:
         self._core_counts: set[float] = set()
+        self._loss: tuple[float, LossCurve] | None = None  # (progress of the last loss sample, fit)
         if self.prior is not None and self.model is None:
             self._refit()
 
@@ -213,6 +216,8 @@ class JobPredictor:
             error = abs(predicted - rate) / rate
             self.errors.append(error)
         self.observations.append(Observation(gpus, nodes, x, rate, progress, loss))
+        if len(self.observations) > self.params.history:
+            del self.observations[0]
         if error > self.params.settled:
             self._refit()
         self._core_counts.add(round(x, 2))
@@ -254,9 +259,11 @@ class JobPredictor:
         with_loss = [o for o in self.observations if o.loss is not None and o.loss > 0.0]
         if len({o.progress for o in with_loss}) < 3:
             return declared
-        curve = LossCurve.fit(np.array([o.progress for o in with_loss]), np.array([o.loss for o in with_loss]))
         done = with_loss[-1].progress
-        return min(declared, max(0.0, converged_steps(curve, self.params.loss_tolerance) - done))
+        if self._loss is None or self._loss[0] != done:  # refit only when a new loss arrived
+            self._loss = (done, LossCurve.fit(np.array([o.progress for o in with_loss]),
+                                              np.array([o.loss for o in with_loss])))
+        return min(declared, max(0.0, converged_steps(self._loss[1], self.params.loss_tolerance) - done))
 
 
 def converged_steps(curve: LossCurve, tolerance: float) -> float:

@@ -39,7 +39,9 @@ every constant is a parameter. What our reconstruction does at each step:
 8. The increase queue: GPUs and cores left over go, one move at a time, to the admitted
    predictable job whose remaining time falls most per unit of unified service the move adds
    (idle resources cost nothing, so time saved is what counts here), only moves that make the job
-   faster; a +1 GPU move short of cores trades cores per GPU for the GPU. Before that, when
+   faster; +1 GPU moves first, +1 CPU group moves with the cores still left, so that cores spent
+   feeding one GPU never leave another GPU idle; a +1 GPU move short of cores trades cores per
+   GPU for the GPU. Before that, when
    ``spread_idle``, idle GPUs go one at a time, round-robin in queue order, to running
    unpredictable jobs (up to their maximum, with their cores per GPU): the description of AITurbo
    does not say what happens to idle GPUs, and leaving them idle would only handicap it against
@@ -257,8 +259,9 @@ class AITurbo(Policy):
             spread = order[(pool.gpus[order] > 0) & ~predictable[order] & ~fixed[order]]
             _round_robin(pool, spread, jobs.max_gpus)
         growing = {r: plan for r, plan in movable.items() if pool.gpus[r] > 0}
-        if growing and (pool.free_g > 0 or pool.free_c > 0):
-            _grow(pool, growing, remaining)
+        if growing:  # GPUs first: a core spent feeding a GPU must not leave another GPU idle
+            _grow(pool, growing, remaining, gpu_moves=True)
+            _grow(pool, growing, remaining, gpu_moves=False)
         return Shares(gpus=pool.gpus, cpus=pool.cores() if p.unified else None)
 
     def wakeup(self, ctx: Context) -> float | None:
@@ -357,21 +360,22 @@ def _round_robin(pool: _Pool, rows: np.ndarray, top: np.ndarray) -> None:
             break
 
 
-def _grow(pool: _Pool, plans: dict[int, _Plan], remaining: np.ndarray) -> None:
-    """The increase queue (see the module docstring, step 8). Values change as resources run
-    out, so a popped move is re-evaluated and pushed back when another job's is now better."""
+def _grow(pool: _Pool, plans: dict[int, _Plan], remaining: np.ndarray, gpu_moves: bool) -> None:
+    """The increase queue (see the module docstring, step 8), for +1 GPU moves or for +1 CPU
+    group moves. Values change as resources run out, so a popped move is re-evaluated and pushed
+    back when another job's is now better."""
 
     def best_move(r: int) -> tuple[float, int, int] | None:
         pl = plans[r]
         i, j = pl.cell(int(pool.gpus[r]), int(pool.per_gpu[r]))
         cands = []
-        if i + 1 < pl.w.size:
+        if gpu_moves and i + 1 < pl.w.size:
             jj = j
             while jj >= 0 and not pool.fits(r, int(pl.w[i + 1]), int(pl.x[jj])):
                 jj -= 1  # short of cores: fewer cores per GPU
             if jj >= 0:
                 cands.append((i + 1, jj))
-        if j + 1 < pl.x.size and pool.fits(r, int(pl.w[i]), int(pl.x[j + 1])):
+        if not gpu_moves and j + 1 < pl.x.size and pool.fits(r, int(pl.w[i]), int(pl.x[j + 1])):
             cands.append((i, j + 1))
         best = None
         for a, b in cands:
