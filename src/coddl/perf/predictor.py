@@ -246,7 +246,8 @@ class JobPredictor:
     def predictable(self) -> bool:
         p = self.params
         return (len(self.observations) >= p.min_samples and len(self.errors) >= p.window
-                and sum(self.errors[-p.window:]) < p.threshold * p.window and self.cpu_configs >= p.min_cpu_configs)
+                and sum(self.errors[-p.window:]) < p.threshold * p.window
+                and self.cpu_configs >= p.min_cpu_configs)
 
     def speed(self, w: np.ndarray | float, n: np.ndarray | float, x: np.ndarray | float) -> np.ndarray:
         if self.model is None:

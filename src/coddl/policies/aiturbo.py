@@ -30,10 +30,9 @@ every constant is a parameter. What our reconstruction does at each step:
    are left to step 8, so that no job waits for cores another job merely profits from); an
    unpredictable job asks for its requested GPUs and ``base_cores_per_gpu``. While an
    unpredictable job runs, each periodic re-plan moves its cores per GPU to the next ``probe``
-   offset, at most
-   ``probe_rounds`` times through the list and then back to the default (a waiting job asks for
-   the default), so the predictor sees several core counts (a real job measures itself the same
-   way) without re-coring a job that stays unpredictable forever.
+   offset, at most ``probe_rounds`` times through the list and then back to the default (a
+   waiting job asks for the default), so the predictor sees several core counts (a real job
+   measures itself the same way) without re-coring a job that stays unpredictable forever.
 7. The decrease queue: for a job left waiting, admitted predictable jobs give up GPUs, the −1
    GPU move with the largest positive benefit first, until it fits or no such move is left.
 8. The increase queue: GPUs and cores left over go, one move at a time, to the admitted
@@ -41,11 +40,10 @@ every constant is a parameter. What our reconstruction does at each step:
    (idle resources cost nothing, so time saved is what counts here), only moves that make the job
    faster; +1 GPU moves first, +1 CPU group moves with the cores still left, so that cores spent
    feeding one GPU never leave another GPU idle; a +1 GPU move short of cores trades cores per
-   GPU for the GPU. Before that, when
-   ``spread_idle``, idle GPUs go one at a time, round-robin in queue order, to running
-   unpredictable jobs (up to their maximum, with their cores per GPU): the description of AITurbo
-   does not say what happens to idle GPUs, and leaving them idle would only handicap it against
-   the elastic baselines.
+   GPU for the GPU. Before that, when ``spread_idle``, idle GPUs go one at a time, round-robin in
+   queue order, to running unpredictable jobs (up to their maximum, with their cores per GPU):
+   the description of AITurbo does not say what happens to idle GPUs, and leaving them idle
+   would only handicap it against the elastic baselines.
 9. Re-plan every ``replan_s`` seconds and as soon as a job becomes predictable.
 
 With ``unified=false`` the policy decides only GPUs: every job gets the GPU-proportional cores
