@@ -40,7 +40,7 @@ each other on random cases with ties.
 from __future__ import annotations
 
 import enum
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from typing import Callable
 
 import numpy as np
@@ -211,7 +211,7 @@ def _serve_first(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int], bu
     state.served[j] = True
     if pos >= 0:
         state.gone[pos] = True
-    state.moved.pop(j, None)
+    state.moved[j] = False
     s[j] += step
     budget -= step
     if budget == 0 or budget < zstep or s[j] >= hi[j]:
@@ -219,7 +219,7 @@ def _serve_first(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int], bu
     kk, gg, ll = tokens.at(j, s[j])
     if kk > key:
         return budget, _Status.STOP, ()
-    state.move(j, (kk, td, gg, ll))
+    state.move(j, kk, gg, ll)
     return budget, _Status.CUT, (kk, td, gg, j, -1)
 
 
@@ -233,7 +233,7 @@ class _Status(enum.Enum):
 class _FrameState:
     """The frame's tokens, sorted by (key, tie), and what became of them: ``gone[i]`` once
     position i's token is served; ``moved[row]`` the current token (key, tie, gain, loss) of a row
-    served in this frame, if it has one."""
+    served in this frame, if it has one (``moved``, ``m*``)."""
 
     def __init__(self, rows: np.ndarray, k: np.ndarray, g: np.ndarray, l: np.ndarray, tie: np.ndarray,
                  n_rows: int) -> None:
@@ -244,13 +244,14 @@ class _FrameState:
         self.ints = np.stack([rows, np.arange(rows.size)])
         self.gone = np.zeros(rows.size, dtype=bool)
         self.served = np.zeros(n_rows, dtype=bool)
-        self.moved: dict[int, tuple[float, float, float, float]] = {}
-        self._by_loss: list[tuple[float, tuple, int]] = []  # (−loss, token, row); stale once re-served
+        self.moved = np.zeros(n_rows, dtype=bool)  # the row's current token is a replacement:
+        self.mk, self.mt = np.zeros(n_rows), tie  # its key, tie,
+        self.mg, self.ml = np.zeros(n_rows), np.zeros(n_rows)  # gain and loss
 
-    def move(self, j: int, token: tuple[float, float, float, float]) -> None:
-        """Row j's current token is now the replacement ``token`` (key, tie, gain, loss)."""
-        self.moved[j] = token
-        insort(self._by_loss, (-token[3], token, j))
+    def move(self, j: int, key: float, gain: float, loss: float) -> None:
+        """Row j's current token is now a replacement token."""
+        self.moved[j] = True
+        self.mk[j], self.mg[j], self.ml[j] = key, gain, loss
 
     def dominators(self, key: float, tie: float, gain: float) -> "_Level":
         """The tokens after (key, tie) with loss ≥ ``gain``, as they are now, in visiting order."""
@@ -259,18 +260,11 @@ class _FrameState:
             start += 1
         pos = np.flatnonzero((self.l[start:] >= gain) & ~self.gone[start:]) + start
         level = _Level(self.floats[:, pos], self.ints[:, pos], self.l[pos])
-        moved, stale = [], 0
-        for neg_loss, tok, j in self._by_loss:  # highest loss first: stop below ``gain``
-            if -neg_loss < gain:
-                break
-            if self.moved.get(j) is not tok:
-                stale += 1
-            elif tok[0] > key or (tok[0] == key and tok[1] > tie):
-                moved.append((*tok, j, -1))
-        if stale:
-            self._by_loss = [e for e in self._by_loss if self.moved.get(e[2]) is e[1]]
-        if moved:
-            level.merge(moved)
+        mk, mt = self.mk, self.mt
+        moved = np.flatnonzero(self.moved & (self.ml >= gain) & ((mk > key) | ((mk == key) & (mt > tie))))
+        if moved.size:
+            level.merge(list(zip(mk[moved].tolist(), mt[moved].tolist(), self.mg[moved].tolist(),
+                                 self.ml[moved].tolist(), moved.tolist(), [-1] * moved.size)))
         return level
 
 
@@ -312,7 +306,7 @@ def _serve_dominators(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int
         state.served[j] = True
         if pos >= 0:
             state.gone[pos] = True
-        state.moved.pop(j, None)
+        state.moved[j] = False
         while True:  # serve j, then look at its replacement token: inert, the next winner, or a doubt
             s[j] += step
             budget -= step
@@ -329,7 +323,7 @@ def _serve_dominators(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int
                 kk, gg, ll = tokens.at(j, lev)
             if kk > kd:
                 return budget, _Status.STOP, ()  # the token moves later (a falling curve): not covered
-            state.move(j, (kk, td, gg, ll))
+            state.move(j, kk, gg, ll)
             if kk < pk or (kk == pk and td < pt):  # lands inside the prefix: inert unless it heads or joins
                 before = [node for node in prefix if node[:2] < (kk, td)]
                 if not before or ll >= before[-1][2]:
@@ -339,6 +333,6 @@ def _serve_dominators(tokens: _Tokens, s: list[int], lo: list[int], hi: list[int
                 break  # after p and does not dominate p: inert
             if not gg > tail[i + 1]:
                 return budget, _Status.JOIN, (kk, td, gg, j, -1)  # p's first dominator, not the end
-            del state.moved[j]
+            state.moved[j] = False
             kd = kk  # p's first dominator and the chain's end: it wins again
     return budget, _Status.EXHAUSTED, ()
