@@ -118,6 +118,7 @@ def write(out: Path, runs: list[Run], rows: list[Row]) -> list[Path]:
 
 def plot(path: Path, rows: list[Row]) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -135,6 +136,9 @@ def plot(path: Path, rows: list[Row]) -> None:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, vcs)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_yticks([1, 1.5, 2, 3, 5, 8])
     ax.set_ylabel(f"avg JCT ÷ {ref}'s (log)")
     ax.set_xlabel("Philly virtual cluster (64 GPUs)")
     ax.set_title("CoDDL NSDI'21 methodology: average JCT relative to AFS-L")
