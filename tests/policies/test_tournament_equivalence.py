@@ -24,11 +24,12 @@ def test_afs_l_matches_naive(block: int) -> None:
         assert pol.allocate(ctx).tolist() == naive_afs_l(ctx), f"seed {seed}"
 
 
-@pytest.mark.parametrize("block", range(6))
-def test_afs_p_matches_naive(block: int) -> None:
+@pytest.mark.parametrize("reshuffle", ["off", "on"])
+@pytest.mark.parametrize("block", range(3))
+def test_afs_p_matches_naive(block: int, reshuffle: str) -> None:
     checked = 0
     for seed in range(block * 100, block * 100 + 100):
-        pol, twin = make_policy("afs-p"), make_policy("afs-p")
+        pol, twin = (make_policy(f"afs-p:reshuffle={reshuffle}") for _ in range(2))
         ctx = random_context(seed, pol, gpus=(8, 60))
         if int(ctx.jobs.min_gpus.sum()) >= ctx.capacity:
             continue  # heavy load: time slices, tested separately

@@ -21,7 +21,8 @@ class AfsP(Policy):
     wins in both role assignments, loss(m) ≥ gain(c). When neither dominates the winner is decided
     by a seeded coin flip, realised as a random priority per job: the higher priority wins, and
     candidates are visited in priority order (so each flip is fair and the same two jobs get the
-    same answer within one decision; ``tournament`` decides it in bulk, exactly).
+    same answer within one decision; ``tournament`` decides it in bulk, exactly). By default a job
+    keeps its priority for life (``reshuffle``).
 
     Heavy load (Σ min_j ≥ GPUs): single-GPU time slices of ``slice_s`` in least-often-scheduled-first
     order (ties by first start time, then arrival); a job keeps its GPU until its slice expires,
@@ -36,7 +37,10 @@ class AfsP(Policy):
     class Params:
         slice_s: float = 7200.0  # time-slice length under heavy load (2 h)
         seed: int = 0  # mixed into the scheduler's seeded RNG for the coin flips
-        reshuffle: bool = True  # fresh coin flips at every decision (False: one draw per job for life)
+        # False: each job draws its coin-flip priority once, so shares of jobs neither of which
+        # dominates do not flip between decisions; True: fresh flips at every decision (on the
+        # Philly digest about 6× the resizes, and the placement work that goes with them)
+        reshuffle: bool = False
 
     def __init__(self, params: "AfsP.Params | None" = None) -> None:
         super().__init__(params)
