@@ -204,6 +204,10 @@ class Scheduler:
         return StepResult(Plan(actions), changed)
 
     @property
+    def cores_in_use(self) -> int:
+        return int(self.table.cpus[: self.table.n].sum())
+
+    @property
     def gpus_in_use(self) -> int:
         return self.cluster.total_gpus - int(self.placer.gpu.node_free.sum())
 

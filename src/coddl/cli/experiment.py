@@ -17,6 +17,26 @@ app = typer.Typer(no_args_is_help=True)
 console = Console()
 
 
+def _policies_and_seeds(policies: str | None, default: list[str], seeds: str) -> tuple[list[str], list[int]]:
+    """Validate both before any simulation starts (a bad one is a one-line error, exit 2)."""
+    pols = split_policy_list(policies) if policies else default
+    for p in pols:
+        make_policy(p)
+    try:
+        return pols, [int(s) for s in seeds.split(",") if s]
+    except ValueError:
+        raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+
+
+def _run_with_progress(run_all, groups: list[str], seeds: list[int], pols: list[str], jobs: int | None,
+                       workers: int | None, label) -> list:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("simulations", total=len(groups) * len(seeds) * len(pols))
+        return run_all(groups, seeds, pols, jobs, workers,
+                       on_done=lambda r: bar.update(task, advance=1, description=label(r)))
+
+
 @app.command("coddl-nsdi21")
 def coddl_nsdi21(
     out: Path = typer.Option(Path("results/coddl-nsdi21"), help="output directory"),
@@ -30,24 +50,14 @@ def coddl_nsdi21(
     from coddl.experiments import coddl_nsdi21 as exp
 
     with user_errors():
-        pols = split_policy_list(policies) if policies else exp.default_policies()
-        for p in pols:
-            make_policy(p)
-        try:
-            seed_list = [int(s) for s in seeds.split(",") if s]
-        except ValueError:
-            raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
         valid = exp.eligible_vcs(1)
         vc_list = [v for v in vcs.split(",") if v] if vcs else exp.eligible_vcs()
         for v in vc_list:
             if v not in valid:
                 raise fail(f"--vcs: unknown virtual cluster {v!r}; valid: {', '.join(valid)}")
-        total = len(vc_list) * len(seed_list) * len(pols)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as bar:
-            task = bar.add_task("simulations", total=total)
-            runs = exp.run_all(vc_list, seed_list, pols, jobs, workers,
-                               on_done=lambda r: bar.update(task, advance=1, description=f"{r.vc} {r.policy}"))
+        runs = _run_with_progress(exp.run_all, vc_list, seed_list, pols, jobs, workers,
+                                  lambda r: f"{r.vc} {r.policy}")
         rows = exp.table(runs)
         t = Table(title="avg JCT (h) per VC; ratio = policy ÷ AFS-L (and ÷ AFS-P)")
         for c in ("VC", "policy", "avg JCT (h)", "makespan (h)", "÷ AFS-L", "÷ AFS-P"):
@@ -76,24 +86,14 @@ def aiturbo(
     from coddl.experiments import aiturbo as exp
 
     with user_errors():
-        pols = split_policy_list(policies) if policies else exp.default_policies()
-        for p in pols:
-            make_policy(p)
-        try:
-            seed_list = [int(s) for s in seeds.split(",") if s]
-        except ValueError:
-            raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
         trace_list = [t for t in traces.split(",") if t] if traces else list(exp.TRACES)
         for t in trace_list:
             if t not in exp.TRACES:
                 raise fail(f"--traces: unknown trace {t!r}; valid: {', '.join(exp.TRACES)}")
         reference = next((p for p in pols if p.split(":")[0] == "aiturbo"), pols[0])
-        total = len(trace_list) * len(seed_list) * len(pols)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as bar:
-            task = bar.add_task("simulations", total=total)
-            runs = exp.run_all(trace_list, seed_list, pols, jobs, workers,
-                               on_done=lambda r: bar.update(task, advance=1, description=f"{r.trace} {r.policy}"))
+        runs = _run_with_progress(exp.run_all, trace_list, seed_list, pols, jobs, workers,
+                                  lambda r: f"{r.trace} {r.policy}")
         rows = exp.table(runs, reference)
         t = Table(title=f"avg JCT per trace; ratio = policy ÷ {reference}")
         for c in ("trace", "policy", "avg JCT (h)", "makespan (h)", "GPU util", "CPU util", "÷ AITurbo"):

@@ -27,7 +27,7 @@ def hours(s: float) -> str:
 def summary_table(summaries: list[Summary], title: str) -> Table:
     t = Table(title=title)
     cols = ["policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
-            "avg queueing (h)", "GPU util", "reconfigs", "fragmentation", "sim wall (s)"]
+            "avg queueing (h)", "GPU util", "CPU util", "reconfigs", "fragmentation", "sim wall (s)"]
     for col in cols:
         t.add_column(col, justify="left" if col == "policy" else "right")
     best = min(s.avg_jct for s in summaries)
@@ -35,7 +35,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
         style = "bold green" if s.avg_jct == best else None
         cells = [s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
                  hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
-                 str(s.reconfigurations), f"{s.fragmentation:.1%}", f"{s.wall_s:.1f}"]
+                 f"{s.cpu_utilisation:.1%}", str(s.reconfigurations), f"{s.fragmentation:.1%}", f"{s.wall_s:.1f}"]
         t.add_row(*cells, style=style)
     return t
 

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -47,7 +45,7 @@ from coddl.core.job import JobSpec
 from coddl.perf.cpu import load_synergy_cpu
 from coddl.perf.curves import CurveTable, data_path
 from coddl.perf.estimator import ComputeModel, JobProfile, ThroughputModel
-from coddl.policies.registry import available
+from coddl.experiments.grid import registered, run_grid
 from coddl.scheduler import Scheduler
 
 # AITurbo may give a job up to the CPU-rich nodes' 6 cores per GPU; "unified=false" is the same
@@ -135,22 +133,6 @@ def workload(trace: str, jobs: int | None, seed: int, curves: CurveTable, capaci
     return build_workload(t, curves, seed=seed, pool=tuple(curves.names))
 
 
-class MeteredScheduler(Scheduler):
-    """Records the CPU cores held after every step, as the engine records GPUs in use, so CPU
-    utilisation comes from the same kind of time series (every allocation change is a step)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.cores_in_use: list[tuple[float, int]] = []
-
-    def step(self, now: float):
-        out = super().step(now)
-        used = sum(map(len, self.allocation.cores.values()))
-        if not self.cores_in_use or self.cores_in_use[-1][1] != used:
-            self.cores_in_use.append((now, used))
-        return out
-
-
 @dataclass(frozen=True)
 class Run:
     trace: str
@@ -169,41 +151,28 @@ def _one(trace: str, seed: int, policy: str, jobs: int | None) -> Run:
     from coddl.policies.registry import make_policy
     from coddl.sim.cpu_rate import CpuAwareRate
     from coddl.sim.engine import simulate
-    from coddl.sim.metrics import time_integral, summarise
+    from coddl.sim.metrics import summarise
     from coddl.sim.reconfig import ReconfigCost
 
     c = cluster()
     curves = synergy_curves(c)
     specs = workload(trace, jobs, seed, curves, c.total_gpus)
-    sched = MeteredScheduler(c, make_policy(policy), curves, seed=seed)
+    sched = Scheduler(c, make_policy(policy), curves, seed=seed)
     res = simulate(specs, sched, ReconfigCost(RECONFIG), rate_model=CpuAwareRate(sched),
                    sample_noise=SAMPLE_NOISE, seed=seed)
     res.policy = policy
     s = summarise(res)
-    end = max(r.finish for r in res.records)
-    cores = time_integral(sched.cores_in_use, end)  # the same integral over a core series
-    cpu_util = cores / (c.total_cpus * s.makespan) if s.makespan > 0 else 0.0
-    return Run(trace, seed, policy, s.jobs, s.avg_jct, s.makespan, s.gpu_utilisation, cpu_util,
+    return Run(trace, seed, policy, s.jobs, s.avg_jct, s.makespan, s.gpu_utilisation, s.cpu_utilisation,
                s.reconfigurations, s.wall_s)
 
 
 def default_policies() -> list[str]:
-    names = available()
-    return [p for p in DEFAULT_POLICIES if p.split(":")[0] in names]
+    return registered(DEFAULT_POLICIES)
 
 
 def run_all(traces: list[str], seeds: list[int], policies: list[str], jobs: int | None,
             workers: int | None = None, on_done: Callable[[Run], None] | None = None) -> list[Run]:
-    tasks = [(t, s, p) for t in traces for s in seeds for p in policies]
-    out: list[Run] = []
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        futs = [pool.submit(_one, t, s, p, jobs) for t, s, p in tasks]
-        for f in as_completed(futs):
-            r = f.result()
-            out.append(r)
-            if on_done:
-                on_done(r)
-    return sorted(out, key=lambda r: (traces.index(r.trace), r.seed, policies.index(r.policy)))
+    return run_grid(_one, traces, seeds, policies, jobs, workers, on_done)
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,13 @@ Runs are independent, so they go to a process pool (one per core); each returns 
 from __future__ import annotations
 
 import csv
-import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from coddl.policies.registry import available
+from coddl.experiments.grid import registered, run_grid
 
 DEFAULT_POLICIES = ("afs-l", "afs-p", "fifo", "srtf", "srsf", "tiresias-l:preset=coddl", "optimus",
                     "max-min", "themis")
@@ -43,8 +41,7 @@ def eligible_vcs(min_jobs: int = MIN_JOBS) -> list[str]:
 
 
 def default_policies() -> list[str]:
-    names = available()
-    return [p for p in DEFAULT_POLICIES if p.split(":")[0] in names]
+    return registered(DEFAULT_POLICIES)
 
 
 def _one(vc: str, seed: int, policy: str, jobs: int | None) -> Run:
@@ -60,16 +57,7 @@ def _one(vc: str, seed: int, policy: str, jobs: int | None) -> Run:
 
 def run_all(vcs: list[str], seeds: list[int], policies: list[str], jobs: int | None,
             workers: int | None = None, on_done: Callable[[Run], None] | None = None) -> list[Run]:
-    tasks = [(vc, s, p) for vc in vcs for s in seeds for p in policies]
-    out: list[Run] = []
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        futs = [pool.submit(_one, vc, s, p, jobs) for vc, s, p in tasks]
-        for f in as_completed(futs):
-            r = f.result()
-            out.append(r)
-            if on_done:
-                on_done(r)
-    return sorted(out, key=lambda r: (vcs.index(r.vc), r.seed, policies.index(r.policy)))
+    return run_grid(_one, vcs, seeds, policies, jobs, workers, on_done)
 
 
 @dataclass(frozen=True)

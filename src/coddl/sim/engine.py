@@ -33,8 +33,11 @@ class SimResult:
     policy: str
     records: list[JobRecord]
     capacity: int
+    cpu_capacity: int
     # (time, GPUs in use) after every step that changed the allocation
     utilisation: list[tuple[float, int]] = field(default_factory=list)
+    # (time, CPU cores held) at each change
+    cores: list[tuple[float, int]] = field(default_factory=list)
     # (time, share of free GPUs stranded on partly used nodes) at each change
     fragmentation: list[tuple[float, float]] = field(default_factory=list)
     # (time, job, GPUs) for every action
@@ -62,7 +65,7 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
     ex = SimExecutor(scheduler, reconfig or ReconfigCost(), rate_model, audit, sample_noise, seed)
     arrivals = sorted(specs, key=lambda s: s.arrival)
     res = SimResult(policy=scheduler.policy.name, records=scheduler.records, capacity=scheduler.cluster.total_gpus,
-                    audit=audit)
+                    cpu_capacity=scheduler.cluster.total_cpus, audit=audit)
     heap: list[tuple[float, int, int, JobId | None, int]] = []
     version: dict[JobId, int] = {}
     seq = 0
@@ -106,6 +109,10 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
         used = scheduler.gpus_in_use
         if not res.utilisation or res.utilisation[-1][1] != used:
             res.utilisation.append((now, used))
+        if step.plan.actions or not res.cores:
+            cores = scheduler.cores_in_use
+            if not res.cores or res.cores[-1][1] != cores:
+                res.cores.append((now, cores))
         if step.plan.actions or not res.fragmentation:
             frag = scheduler.placer.fragmentation()
             if not res.fragmentation or res.fragmentation[-1][1] != frag:

@@ -19,6 +19,7 @@ class Summary:
     makespan: float
     avg_queueing_delay: float
     gpu_utilisation: float  # busy GPU-time / (capacity × makespan)
+    cpu_utilisation: float  # held core-time / (cores × makespan)
     reconfigurations: int  # grow + shrink + migrate + suspend + resume
     fragmentation: float  # time-averaged share of free GPUs stranded on partly used nodes
     wall_s: float
@@ -40,7 +41,7 @@ def time_integral(series: list[tuple[float, float]], end: float) -> float:
 def summarise(res: SimResult) -> Summary:
     recs = res.records
     if not recs:
-        return Summary(res.policy, 0, *([0.0] * 6), 0, 0.0, res.wall_s, res.events)
+        return Summary(res.policy, 0, *([0.0] * 7), 0, 0.0, res.wall_s, res.events)
     jct = np.array([r.jct for r in recs])
     arrival = np.array([r.spec.arrival for r in recs])
     finish = np.array([r.finish for r in recs])
@@ -59,6 +60,7 @@ def summarise(res: SimResult) -> Summary:
         makespan=makespan,
         avg_queueing_delay=float(np.mean([r.queueing_delay for r in recs])),
         gpu_utilisation=busy / (res.capacity * makespan) if makespan > 0 else 0.0,
+        cpu_utilisation=time_integral(res.cores, end) / (res.cpu_capacity * makespan) if makespan > 0 else 0.0,
         reconfigurations=max(0, res.actions - starts),
         fragmentation=time_integral(res.fragmentation, end) / frag_span if frag_span > 0 else 0.0,
         wall_s=res.wall_s,
