@@ -126,17 +126,14 @@ class Scheduler:
         j = ctx.jobs
         if g.shape != (len(j),):
             raise InfeasibleShares(f"{self.policy.name}: shares shape {g.shape}, expected ({len(j)},)")
-        if (g < 0).any():
-            raise InfeasibleShares(f"{self.policy.name}: negative share")
         if int(g.sum()) > ctx.capacity:
             raise InfeasibleShares(f"{self.policy.name}: {int(g.sum())} GPUs given, capacity {ctx.capacity}")
         if s.gpu_type is not None:
             used = np.bincount(s.gpu_type[g > 0], weights=g[g > 0], minlength=len(ctx.type_names))
             if (used > ctx.capacity_by_type).any():
                 raise InfeasibleShares(f"{self.policy.name}: per-type capacity exceeded: {used}")
-        on = g > 0
-        bad = on & ((g < j.min_gpus) | (g > np.maximum(j.max_gpus, j.requested)))
-        if bad.any():
+        bad = (g < np.where(g != 0, j.min_gpus, 0)) | (g > np.maximum(j.max_gpus, j.requested))
+        if bad.any():  # also catches negative shares
             r = int(np.flatnonzero(bad)[0])
             raise InfeasibleShares(f"{self.policy.name}: job {j.ids[r]} given {g[r]} GPUs outside "
                                    f"[{j.min_gpus[r]}, {max(j.max_gpus[r], j.requested[r])}]")
