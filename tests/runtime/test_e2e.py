@@ -72,7 +72,9 @@ def test_the_controller_grows_and_shrinks_a_running_job(srv):
     applied = [(e["action"], len(e["gpus_after"]), e["latency_s"]) for e in job["events"] if e["kind"] == "applied"]
     actions = [x[:2] for x in applied]
     assert ("shrink", 2) in actions and ("grow", 4) in actions
-    assert actions.index(("shrink", 2)) < actions.index(("grow", 4))
+    # it may start on 2 GPUs and grow first (the previous test's workers can still be leaving);
+    # what matters is a shrink for the visitor and a grow back to 4 after it
+    assert ("grow", 4) in actions[actions.index(("shrink", 2)) + 1:]
     assert all(lat is not None and 0 <= lat < 60 for *_, lat in applied)
     planned = [e["action"] for e in job["events"] if e["kind"] == "planned"]
     assert planned.count("shrink") >= 1 and planned.count("grow") >= 1
