@@ -9,11 +9,14 @@ with the server's one-line reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from coddl.cli.errors import err_console, fail
 
@@ -24,15 +27,18 @@ TokenOpt = typer.Option(None, "--token", envvar="CODDL_TOKEN", help="API token (
 StateOpt = typer.Option(None, "--state-dir", envvar="CODDL_STATE_DIR", help="state directory (default ~/.coddl)")
 
 
-def _client(server: str | None, token: str | None, state_dir: Path | None):  # noqa: ANN202 - Client
-    from coddl.runtime.client import Client, resolve
+@contextmanager
+def _session(server: str | None, token: str | None, state_dir: Path | None) -> Iterator:
+    """A client of the running server; a refusal (401/403/404/409, unreachable) becomes one red line
+    and exit code 1."""
+    from coddl.runtime.client import Client, ClientError, resolve
 
-    return Client(resolve(server, token, state_dir))
-
-
-def _refused(e: Exception) -> typer.Exit:
-    err_console.print(f"[red]error:[/red] {e}", soft_wrap=True)
-    return typer.Exit(1)
+    try:
+        with Client(resolve(server, token, state_dir)) as c:
+            yield c
+    except ClientError as e:
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def server_start(
@@ -71,46 +77,34 @@ def server_start(
 def submit(job_file: Path = typer.Argument(..., help="job YAML"), server: Optional[str] = ServerOpt,
            token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
     """Submit a job file."""
-    from coddl.runtime.client import ClientError
     from coddl.runtime.spec import SpecError, load_job
 
     try:
         job = load_job(job_file)
     except SpecError as e:
         raise fail(str(e)) from None
-    try:
-        with _client(server, token, state_dir) as c:
-            row = c.submit(job)
-    except ClientError as e:
-        raise _refused(e) from None
+    with _session(server, token, state_dir) as c:
+        row = c.submit(job)
     console.print(f"submitted job [bold]{row['id']}[/bold] ({row['name']}, user {row['owner']})")
 
 
 def jobs(server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
          state_dir: Optional[Path] = StateOpt) -> None:
     """List your jobs (an admin sees everyone's)."""
-    from coddl.runtime.client import ClientError
     from coddl.runtime.render import jobs_table
 
-    try:
-        with _client(server, token, state_dir) as c:
-            rows = c.jobs()
-    except ClientError as e:
-        raise _refused(e) from None
+    with _session(server, token, state_dir) as c:
+        rows = c.jobs()
     console.print(jobs_table(rows) if rows else "no jobs")
 
 
 def show(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
          token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
     """One job: its state, progress, loss and history (resizes with their latency)."""
-    from coddl.runtime.client import ClientError
     from coddl.runtime.render import job_view
 
-    try:
-        with _client(server, token, state_dir) as c:
-            job = c.job(job_id)
-    except ClientError as e:
-        raise _refused(e) from None
+    with _session(server, token, state_dir) as c:
+        job = c.job(job_id)
     console.print(job_view(job))
 
 
@@ -119,14 +113,10 @@ def logs(job_id: int = typer.Argument(..., metavar="JOB"),
          server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
          state_dir: Optional[Path] = StateOpt) -> None:
     """Print a job's worker output, each line tagged with its worker."""
-    from coddl.runtime.client import ClientError
-
     try:
-        with _client(server, token, state_dir) as c:
+        with _session(server, token, state_dir) as c:
             for line in c.logs(job_id, follow):
                 typer.echo(line)
-    except ClientError as e:
-        raise _refused(e) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -134,27 +124,18 @@ def logs(job_id: int = typer.Argument(..., metavar="JOB"),
 def cancel(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
            token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
     """Cancel a job (it stops at its next step)."""
-    from coddl.runtime.client import ClientError
-
-    try:
-        with _client(server, token, state_dir) as c:
-            row = c.cancel(job_id)
-    except ClientError as e:
-        raise _refused(e) from None
+    with _session(server, token, state_dir) as c:
+        row = c.cancel(job_id)
     console.print(f"cancelling job {row['id']} ({row['name']})")
 
 
 def cluster_status(server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
                    state_dir: Optional[Path] = StateOpt) -> None:
     """The live cluster: nodes, which job holds each GPU, jobs by state."""
-    from coddl.runtime.client import ClientError
     from coddl.runtime.render import cluster_view
 
-    try:
-        with _client(server, token, state_dir) as c:
-            view = c.cluster()
-    except ClientError as e:
-        raise _refused(e) from None
+    with _session(server, token, state_dir) as c:
+        view = c.cluster()
     console.print(cluster_view(view))
 
 
