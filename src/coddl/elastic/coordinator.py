@@ -50,6 +50,7 @@ class Coordinator:
         with self._lock:
             m = Membership(self._membership.generation + 1, tuple(members), reason)
             self.store.set(membership_key(m.generation), m.dumps())
+            self._written()
             self._membership = m
         if announce:
             self.announce(m)
@@ -59,6 +60,14 @@ class Coordinator:
         """Running ranks switch to ``membership`` at their next step boundary."""
         with self._lock:
             self.store.set(GENERATION_KEY, str(membership.generation))
+            self._written()
+
+    def _written(self) -> None:
+        """Return only once the store has applied our writes. A TCPStore ``set`` sends without waiting
+        for a reply, and the server serves each connection in turn, so a worker asking just after
+        ``post`` returned could otherwise still read the old generation. Any request that answers on
+        this connection comes after the writes before it."""
+        self.store.check([GENERATION_KEY])
 
     def arrived(self, generation: int) -> int:
         """How many workers started for ``generation`` are ready to join it."""
