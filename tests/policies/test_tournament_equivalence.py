@@ -56,10 +56,11 @@ def test_tournament_from_arbitrary_start_matches_naive() -> None:
         if rng.random() < 0.5:
             def key(rows, levels, speed):
                 return prio[rows]
+            got = tournament(ctx, start, lo, hi, budget, tie, fixed=prio).tolist()
         else:
             def key(rows, levels, speed):
                 return ctx.remaining_time(levels, rows)
-        got = tournament(ctx, start, lo, hi, budget, key, tie).tolist()
+            got = tournament(ctx, start, lo, hi, budget, tie, work=j.remaining).tolist()
         assert got == naive_tournament(ctx, start, lo, hi, budget, key, tie), f"seed {seed}"
 
 

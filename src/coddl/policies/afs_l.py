@@ -37,12 +37,4 @@ class AfsL(Policy):
         lo, hi = j.min_gpus, j.max_gpus
         tie = np.empty(n, dtype=np.int64)
         tie[np.lexsort((j.uid, ctx.remaining_time(lo)))] = np.arange(n)
-
-        work = j.remaining
-
-        def key(rows: np.ndarray, levels: np.ndarray, speed: np.ndarray) -> np.ndarray:
-            """T_j(level) = W_j / P_j(level), ∞ at 0 GPUs (as ``Context.remaining_time``)."""
-            with np.errstate(divide="ignore"):
-                return np.where(speed > 0, work[rows] / np.where(speed > 0, speed, 1.0), np.inf)
-
-        return tournament(ctx, np.zeros(n, dtype=np.int64), lo, hi, ctx.capacity, key, tie)
+        return tournament(ctx, np.zeros(n, dtype=np.int64), lo, hi, ctx.capacity, tie, work=j.remaining)

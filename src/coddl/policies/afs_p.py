@@ -60,12 +60,8 @@ class AfsP(Policy):
         self._wake = None
         prio = self._priorities(ctx, book)
         self._book.store(j.uid, **book)
-
-        def key(rows: np.ndarray, levels: np.ndarray, speed: np.ndarray) -> np.ndarray:
-            return prio[rows]
-
         tie = np.argsort(np.argsort(prio, kind="stable"), kind="stable")
-        return tournament(ctx, lo, lo, j.max_gpus, ctx.capacity - int(lo.sum()), key, tie)
+        return tournament(ctx, lo, lo, j.max_gpus, ctx.capacity - int(lo.sum()), tie, fixed=prio)
 
     def wakeup(self, ctx: Context) -> float | None:
         return self._wake if self._wake is not None and self._wake > ctx.now else None
