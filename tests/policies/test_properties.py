@@ -76,14 +76,9 @@ def test_simulation_keeps_invariants_and_is_deterministic(policy: str) -> None:
         assert a == b
 
 
-KNOWN = {
-    "gavel": "gavel runs a job larger than the cluster on all of the cluster (fewer GPUs than it asked for)",
-    "aiturbo": "aiturbo gives a job whose minimum exceeds the cluster fewer GPUs than its minimum",
-}
 
 
-@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.xfail(strict=True, reason=KNOWN[p]))
-                                    if p in KNOWN else p for p in POLICIES])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_job_that_cannot_fit_gets_nothing(policy: str) -> None:
     """A rigid job asking for more GPUs than the cluster has, or an elastic one whose minimum is
     more than that, cannot run, even on an otherwise idle cluster."""

@@ -243,6 +243,7 @@ class AITurbo(Policy):
             self._level = {j: self._level[j] for j in jobs.ids}
             self._jobs = {j: st for j, st in self._jobs.items() if j in self._level}
         order = lexorder(level, score, jobs.arrival)
+        order = order[jobs.min_gpus[order] <= ctx.capacity]  # a job larger than the cluster never runs
 
         # jobs whose cores the user fixed (min/max cpus) keep them and are left out of CPU moves
         fixed = (jobs.max_cpus > 0) | (jobs.min_cpus > 0)

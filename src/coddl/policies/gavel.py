@@ -29,7 +29,8 @@ priority X[j, t] / (share of time received on t) — Gavel's priority, kept as t
 and nothing divides by zero. Types are filled fastest first; ties keep a job where it is. Leftover
 GPUs go to jobs the LP gave no time on that type, oldest first, so the policy is work-conserving.
 Between boundaries running jobs keep their GPUs and only freed GPUs are handed out the same way.
-Gavel is rigid: a job runs on exactly its requested GPUs (capped at the largest type's capacity).
+Gavel is rigid: a job runs on exactly its requested GPUs, all of one type; a job larger than every
+type never runs (the simulator reports such a job instead of running it on fewer GPUs).
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ class Gavel(Policy):
         cap = np.asarray(ctx.capacity_by_type, dtype=np.int64)
         self._ensure(j.uid, T)
         self._account(ctx)
-        demand = np.maximum(j.min_gpus, np.minimum(j.requested, int(cap.max())))
+        demand = np.maximum(j.min_gpus, j.requested)
         gpus = np.zeros(n, dtype=np.int64)
         gtype = np.full(n, -1, dtype=np.int64)
         if n == 0:
