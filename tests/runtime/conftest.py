@@ -1,11 +1,18 @@
-"""Fixtures of the runtime tests (the helpers live in ``runtime_live``)."""
+"""Fixtures of the runtime tests (the helpers live in ``runtime_live`` and ``postgres``).
+
+The store runs against both databases it supports: ``store_url`` is parametrized over SQLite (a file
+in the test's tmp dir) and PostgreSQL (a fresh database on one throwaway server per session, started
+only when a test asks for it). Without PostgreSQL's binaries those tests skip, except in CI (``CI``
+set), where a missing server is a failure rather than a silently smaller suite."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
+from postgres import BACKENDS, PostgresServer, PostgresUnavailable, backend_url
 from runtime_live import Server
 
 
@@ -21,3 +28,25 @@ def server_factory(tmp_path: Path):
     yield start
     for s in started:
         s.cleanup()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    try:
+        server = PostgresServer()
+    except PostgresUnavailable as e:
+        missing = str(e)
+    else:
+        try:
+            yield server
+        finally:
+            server.stop()
+        return
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"PostgreSQL is required in CI: {missing}", pytrace=False)
+    pytest.skip(f"PostgreSQL not available: {missing}")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return backend_url(request, request.param, tmp_path)

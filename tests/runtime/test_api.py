@@ -1,5 +1,5 @@
-"""The REST API over real HTTP (uvicorn on 127.0.0.1, a free port) and a real SQLite store: tokens,
-ownership and malformed requests. No controller runs here — these are the API's own rules; the
+"""The REST API over real HTTP (uvicorn on 127.0.0.1, a free port) and a real store, SQLite and
+PostgreSQL: tokens, ownership and malformed requests. No controller runs here — these are the API's own rules; the
 end-to-end tests run the whole server."""
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from coddl.runtime.api import ClusterInfo, create_app
 from coddl.runtime.server import HttpServer
 from coddl.runtime.store import Store, digest
 
+from postgres import BACKENDS, backend_url
 from runtime_live import TINY_JOB, tiny_job
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+@pytest.fixture(scope="module", params=BACKENDS)
+def api(request, tmp_path_factory):
     state = tmp_path_factory.mktemp("api")
-    store = Store.for_state_dir(state)
+    store = Store(backend_url(request, request.param, state))
     woken: list[int] = []
     app = create_app(store, ClusterInfo(Cluster.for_gpus(4, 4), "local", "max-min()"), state / "jobs",
                      lambda: woken.append(1))
@@ -31,7 +32,7 @@ def api(tmp_path_factory):
     clients = {u: httpx.Client(base_url=http.url, headers={"Authorization": f"Bearer {t}"}) for u, t in tokens.items()}
     clients["anon"] = httpx.Client(base_url=http.url)
     clients["forged"] = httpx.Client(base_url=http.url, headers={"Authorization": "Bearer not-a-token"})
-    yield store, clients, woken, http.url
+    yield store, clients, woken, http.url, state
     for c in clients.values():
         c.close()
     http.stop()
@@ -39,7 +40,7 @@ def api(tmp_path_factory):
 
 
 def test_binds_loopback_and_serves_openapi_docs(api):
-    _, clients, _, url = api
+    _, clients, _, url, _ = api
     assert url.startswith("http://127.0.0.1:")
     spec = clients["anon"].get("/openapi.json").json()
     assert {"/jobs", "/jobs/{job_id}", "/jobs/{job_id}/logs", "/cluster"} <= set(spec["paths"])
@@ -49,7 +50,7 @@ def test_binds_loopback_and_serves_openapi_docs(api):
                                          ("GET", "/jobs/1/logs"), ("DELETE", "/jobs/1"), ("GET", "/cluster")])
 @pytest.mark.parametrize("who", ["anon", "forged"])
 def test_every_endpoint_needs_a_valid_token(api, method, path, who):
-    _, clients, _, _ = api
+    _, clients, *_ = api
     r = clients[who].request(method, path, json=tiny_job("x", 10) if method == "POST" else None)
     assert r.status_code == 401
     assert r.headers["www-authenticate"] == "Bearer"
@@ -66,7 +67,7 @@ def test_tokens_are_stored_hashed(api):
 
 
 def test_users_see_and_cancel_only_their_own_jobs(api):
-    store, clients, woken, _ = api
+    store, clients, woken, *_ = api
     before = len(woken)
     r = clients["alice"].post("/jobs", json=tiny_job("alices", 50))
     assert r.status_code == 201, r.text
@@ -89,7 +90,7 @@ def test_users_see_and_cancel_only_their_own_jobs(api):
 
 
 def test_only_admins_submit_for_someone_else(api):
-    _, clients, _, _ = api
+    _, clients, *_ = api
     r = clients["bob"].post("/jobs", json={**tiny_job("x", 10), "user": "alice"})
     assert r.status_code == 403 and "user" in r.json()["detail"]
     r = clients["root"].post("/jobs", json={**tiny_job("x", 10), "user": "alice"})
@@ -104,17 +105,18 @@ def test_only_admins_submit_for_someone_else(api):
     ({**tiny_job("x", 10), "command": ["python", "rel/train.py"]}, "command: script path must be absolute"),
     ({**tiny_job("x", 10), "command": ["python", "/nonexistent/train.py"]}, "command: no such script"),
     ({**tiny_job("x", 10), "command": ["bash", str(TINY_JOB)]}, "command: must run a Python script"),
+    ({**tiny_job("x", 10), "user": "u" * 65}, "user: must be 1-64 characters"),
     ([1, 2, 3], "expected a mapping of job fields"),
 ])
 def test_malformed_jobs_are_422_naming_the_field(api, body, field):
-    _, clients, _, _ = api
+    _, clients, *_ = api
     r = clients["alice"].post("/jobs", json=body)
     assert r.status_code == 422
     assert field in r.json()["detail"]
 
 
 def test_malformed_requests_are_4xx_never_500(api):
-    _, clients, _, _ = api
+    _, clients, *_ = api
     c = clients["alice"]
     r = c.post("/jobs", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"].startswith("body")
@@ -123,11 +125,13 @@ def test_malformed_requests_are_4xx_never_500(api):
     r = c.get("/jobs", params={"limit": 0})
     assert r.status_code == 422 and r.json()["detail"].startswith("limit:")
     assert c.get("/jobs/999999").status_code == 404
+    assert c.get(f"/jobs/{2**31}").status_code == 404  # past PostgreSQL's INTEGER ids
+    assert c.get(f"/jobs/{2**70}").status_code == 404  # past SQLite's
     assert c.delete("/jobs/999999").status_code == 404
 
 
 def test_cancelling_a_finished_job_is_a_conflict(api):
-    store, clients, _, _ = api
+    store, clients, *_ = api
     from coddl.core.job import JobStatus
 
     job = clients["alice"].post("/jobs", json=tiny_job("done", 10)).json()
@@ -137,7 +141,7 @@ def test_cancelling_a_finished_job_is_a_conflict(api):
 
 
 def test_cluster_view_hides_other_users_jobs(api):
-    store, clients, _, _ = api
+    store, clients, *_ = api
     from coddl.core.allocation import Action, ActionKind
 
     job = clients["alice"].post("/jobs", json=tiny_job("placed", 10)).json()
@@ -150,9 +154,9 @@ def test_cluster_view_hides_other_users_jobs(api):
 
 
 def test_logs_of_a_job_stream_every_workers_lines(api, tmp_path):
-    store, clients, _, url = api
+    _, clients, _, _, state = api
     job = clients["alice"].post("/jobs", json=tiny_job("logged", 10)).json()
-    logs = Path(url and store.url.split("///")[1]).parent / "jobs" / str(job["id"]) / "logs"
+    logs = state / "jobs" / str(job["id"]) / "logs"
     logs.mkdir(parents=True)
     (logs / "w0.log").write_text("step 1 loss 2.0\nstep 2 loss 1.0\n")
     (logs / "w1.log").write_text("hello from w1\n")

@@ -79,6 +79,15 @@ class JobFile(BaseModel):
             raise ValueError(f"must be 'package.module:function', got {v!r}")
         return v
 
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        """The rule ``coddl token create`` applies to a user name: the store's owner column holds 64
+        characters (PostgreSQL enforces it), and a NUL is no text PostgreSQL stores."""
+        if v is not None and (not v.strip() or len(v) > 64 or "\x00" in v):
+            raise ValueError(f"must be 1-64 characters, got {v!r}")
+        return v
+
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:

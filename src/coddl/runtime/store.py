@@ -1,4 +1,4 @@
-"""The store: the real system's source of truth (SQLAlchemy 2; SQLite in WAL mode by default).
+"""The store: the real system's source of truth (SQLAlchemy 2; SQLite in WAL mode by default, or PostgreSQL).
 
 Every job, state change and allocation is written here BEFORE it is acted on — a submission before
 the scheduler sees it, a plan before the executor carries it out, a cancel request before the job is
@@ -10,6 +10,12 @@ SQLite notes: WAL lets the API read while the controller writes; ``synchronous=N
 committed transaction across a process crash (SIGKILL) and only risks the last ones on power loss.
 Write transactions start with ``BEGIN IMMEDIATE`` so two writers queue on the busy timeout instead
 of failing when a read lock cannot be upgraded.
+
+PostgreSQL notes (``postgresql+psycopg://USER@HOST/DB``; a plain ``postgresql://`` means psycopg 3 too):
+every write transaction first takes one transaction-level advisory lock, so writers queue exactly as
+they do on SQLite and a read-then-write (the epoch, a cancel request next to the controller finishing
+the job, two processes creating the tables) never interleaves; readers never wait for it. PostgreSQL
+refuses NUL characters in text, so messages (the last line of a worker's log) have them replaced.
 """
 
 from __future__ import annotations
@@ -22,14 +28,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, create_engine, delete, event, func, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Dialect,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    create_engine,
+    delete,
+    event,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from coddl.core.allocation import Action, ActionKind
 from coddl.core.job import JobStatus
 
 TERMINAL = tuple(s.value for s in JobStatus if s.terminal)
+MAX_ID = 2**31 - 1  # ids are INTEGER columns: 32-bit on PostgreSQL, so a larger id names no job
+WRITE_LOCK = 0x636F64646C  # "coddl": the PostgreSQL advisory lock every write transaction holds
+
+
+class SafeText(TypeDecorator[str]):
+    """Text with NUL characters replaced (U+FFFD): PostgreSQL rejects them in text columns, and a
+    worker's last log line — a job's failure message — can hold anything the script printed."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else value.replace("\x00", "\ufffd")
 
 
 class Base(DeclarativeBase):
@@ -55,7 +90,7 @@ class JobRow(Base):
     steps_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     share: Mapped[int] = mapped_column(Integer, default=0)
     resizes: Mapped[int] = mapped_column(Integer, default=0)
-    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    message: Mapped[str | None] = mapped_column(SafeText, nullable=True)
 
 
 class EventRow(Base):
@@ -72,7 +107,7 @@ class EventRow(Base):
     gpus_before: Mapped[list | None] = mapped_column(JSON, nullable=True)
     gpus_after: Mapped[list | None] = mapped_column(JSON, nullable=True)
     latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    detail: Mapped[str | None] = mapped_column(Text, nullable=True)
+    detail: Mapped[str | None] = mapped_column(SafeText, nullable=True)
 
 
 class AllocationRow(Base):
@@ -118,7 +153,7 @@ class MetaRow(Base):
     __tablename__ = "meta"
 
     key: Mapped[str] = mapped_column(String(32), primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
+    value: Mapped[str] = mapped_column(SafeText)
 
 
 # --------------------------------------------------------------------------- what readers get
@@ -208,15 +243,26 @@ def sqlite_url(state_dir: Path) -> str:
     return f"sqlite:///{Path(state_dir).resolve() / 'coddl.db'}"
 
 
+def database_url(url: str) -> URL:
+    """``url`` parsed, with a driverless ``postgresql://`` sent to psycopg 3 (the ``postgres`` extra):
+    SQLAlchemy's default there is psycopg2, which coddl does not depend on."""
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql+psycopg") if parsed.drivername == "postgresql" else parsed
+
+
 class Store:
     """All reads and writes of the real system's state. Thread-safe (a session per call)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.sqlite = url.startswith("sqlite")
-        self._read = self._engine(url, immediate=False)
-        self._write_engine = self._engine(url, immediate=True) if self.sqlite else self._read
-        Base.metadata.create_all(self._write_engine)
+        parsed = database_url(url)
+        self.sqlite = parsed.get_backend_name() == "sqlite"
+        self.postgres = parsed.get_backend_name() == "postgresql"
+        self._read = self._engine(parsed, immediate=False)
+        self._write_engine = self._engine(parsed, immediate=True) if self.sqlite else self._read
+        with self._write_engine.begin() as conn:
+            self._lock(conn)
+            Base.metadata.create_all(conn)
         self._reads = sessionmaker(self._read, expire_on_commit=False)
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
 
@@ -225,8 +271,8 @@ class Store:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         return Store(sqlite_url(state_dir))
 
-    def _engine(self, url: str, immediate: bool) -> Engine:
-        if not url.startswith("sqlite"):
+    def _engine(self, url: URL, immediate: bool) -> Engine:
+        if not self.sqlite:
             return create_engine(url, pool_pre_ping=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -251,9 +297,16 @@ class Store:
         if self._write_engine is not self._read:
             self._write_engine.dispose()
 
+    def _lock(self, conn: Connection | Session) -> None:
+        """Make this write transaction wait for any other: SQLite's ``BEGIN IMMEDIATE`` already did;
+        on PostgreSQL the advisory lock does (released at commit or rollback)."""
+        if self.postgres:
+            conn.execute(select(func.pg_advisory_xact_lock(WRITE_LOCK)))
+
     @contextmanager
     def _w(self) -> Iterator[Session]:
         with self._writes.begin() as s:
+            self._lock(s)
             yield s
 
     @contextmanager
@@ -301,6 +354,8 @@ class Store:
             return _job(row)
 
     def get_job(self, job_id: int) -> JobView | None:
+        if not 0 < job_id <= MAX_ID:  # PostgreSQL would fail the query; SQLite does past 64 bits
+            return None
         with self._r() as s:
             row = s.get(JobRow, job_id)
             if row is None:
