@@ -70,9 +70,17 @@ def wait(work: dist.Work, abandon: Callable[[], bool], slice_s: float = 0.1) -> 
         try:
             work.wait(timeout)
             return
-        except RuntimeError as err:
+        except RuntimeError:
             if work.is_completed():
-                raise CollectiveFailed(str(err).splitlines()[0]) from err
+                # is_completed() is True after success and failure alike, and the collective may have
+                # finished just after the slice timed out: only a plain wait() tells which. Calling
+                # a success a failure would send this rank to wait for a failure membership that
+                # never comes (the job stalls until the generation wait times out).
+                try:
+                    work.wait()
+                except RuntimeError as failed:
+                    raise CollectiveFailed(str(failed).splitlines()[0]) from failed
+                return
         if abandon():
             raise CollectiveFailed("abandoned: the coordinator announced a failure")
 
