@@ -21,8 +21,9 @@ this one tournament with a different visiting order:
 Why it is compiled rather than clever: the pairwise relation is not transitive, so no sort key
 gives the winner, and a round must look at every candidate. On the whole Philly digest a decision
 hands out a few hundred GPUs to ~200 jobs, so the rounds are tens of thousands of comparisons per
-decision; numba runs them in machine code, one O(n) pass per GPU plus keeping the visiting order
-sorted (only the winner's token changes between rounds). The compiled loop IS the naive rule,
+decision; numba runs them in machine code. Only the winner's token changes between rounds, so
+the visiting order stays sorted by moving that one token, and a round's scan resumes at the first
+position that changed instead of starting over. The compiled loop IS the naive rule,
 so there is nothing to prove equivalent; ``tests/policies/test_tournament_equivalence.py`` still
 checks it against a plain-Python transcription of ALGORITHMS.md on random cases with ties.
 """
