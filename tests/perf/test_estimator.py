@@ -205,3 +205,15 @@ def test_more_bandwidth_is_never_slower(profile, shape, algorithm, inter, more, 
     p = Placement.on(tuple(shape))
     slow = ThroughputModel(base, algorithm=algorithm).throughput(profile, p)
     assert ThroughputModel(faster, algorithm=algorithm).throughput(profile, p) >= slow * (1 - 1e-12)
+
+
+def test_two_node_factor_scales_exactly_the_two_node_all_reduces():
+    """Hand-computed ring: 2(k−1)/k · bytes / bandwidth + 2(k−1) · buckets · latency, × 1.5 on 2 nodes."""
+    links = LinkSpec(intra_node_gbps=10.0, inter_node_gbps=1.0, intra_node_latency_us=5.0,
+                     inter_node_latency_us=20.0, two_node_factor=1.5)
+    nbytes = 1e8  # 4 buckets of 25 MB
+    t = allreduce_seconds(nbytes, np.array([4, 4, 6]), np.array([1, 2, 3]), np.array([4, 2, 2]), links)
+    one_node = 2 * 3 / 4 * nbytes / 10e9 + 2 * 3 * 4 * 5e-6
+    two_nodes = 1.5 * (2 * 3 / 4 * nbytes / 1e9 + 2 * 3 * 4 * 20e-6)
+    three_nodes = 2 * 5 / 6 * nbytes / 1e9 + 2 * 5 * 4 * 20e-6
+    assert t.tolist() == pytest.approx([one_node, two_nodes, three_nodes])

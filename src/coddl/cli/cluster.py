@@ -35,7 +35,8 @@ def render_cluster(cluster: Cluster, title: str | None = None) -> Table:
     table.caption = (f"{cluster.total_gpus} GPUs on {len(cluster.nodes)} nodes, {switches} switch"
                      f"{'es' if switches != 1 else ''}; links: intra-node {links.intra_node_gbps:g} GB/s, "
                      f"{links.intra_node_latency_us:g} µs; inter-node {links.inter_node_gbps:g} GB/s, "
-                     f"{links.inter_node_latency_us:g} µs")
+                     f"{links.inter_node_latency_us:g} µs"
+                     + (f"; two-node all-reduces ×{links.two_node_factor:g}" if links.two_node_factor != 1.0 else ""))
     return table
 
 

@@ -10,6 +10,7 @@ before exiting with status 2.
     links:                          # optional; GB/s and µs (defaults: LinkSpec)
       intra_node_gbps: 100
       inter_node_gbps: 12.5
+      two_node_factor: 1.6          # all-reduces across exactly two nodes take 1.6× (calibrated)
     nodes_per_switch: 4             # optional; default: one switch
     nodes:
       - {count: 8, gpu_type: V100, gpus: 8, cpus: 48, memory_gb: 512}
@@ -66,6 +67,7 @@ class LinksSpec(_Strict):
     inter_node_gbps: PositiveFloat = _LINKS.inter_node_gbps
     intra_node_latency_us: NonNegativeFloat = _LINKS.intra_node_latency_us
     inter_node_latency_us: NonNegativeFloat = _LINKS.inter_node_latency_us
+    two_node_factor: PositiveFloat = _LINKS.two_node_factor
 
 
 class NodeGroupSpec(_Strict):

@@ -2,9 +2,13 @@
 multi-GPU measurements of ONE job, so that every later job needs only its own one-GPU profile.
 
 What is fitted is cluster-wide: inter-node bandwidth and per-step latency, intra-node bandwidth and
-latency (kept no worse than inter-node: the fit may not explain a slow node with a fast network), and
-the compute/communication overlap factor γ. The job used for it contributes its one-GPU compute model
-and its parameter bytes exactly like any other job would.
+latency (kept no worse than inter-node: the fit may not explain a slow node with a fast network), the
+slowdown of two-node all-reduces, and the compute/communication overlap factor γ. The job used for it
+contributes its one-GPU compute model and its parameter bytes exactly like any other job would.
+
+The fit explains the job's step times and, where the runs recorded it, the time each step spent in
+the all-reduce (Pollux's ``sync_time``): the step times alone cannot tell slow links that overlap
+little from fast links that overlap much, and the other jobs inherit exactly that split.
 """
 
 from __future__ import annotations
@@ -74,29 +78,41 @@ class Calibration:
 
 
 def _model(x: np.ndarray, algorithm: Algorithm, bucket_mb: float) -> ThroughputModel:
-    """x = (log inter GB/s, log intra/inter ≥ 0, intra/inter latency ∈ [0,1], log inter µs, γ)."""
+    """x = (log inter GB/s, log intra/inter ≥ 0, intra/inter latency ∈ [0,1], log inter µs, γ,
+    log two-node factor)."""
     inter, lat_inter = float(np.exp(x[0])), float(np.exp(x[3]))
     links = LinkSpec(intra_node_gbps=inter * float(np.exp(x[1])), inter_node_gbps=inter,
-                     intra_node_latency_us=lat_inter * float(x[2]), inter_node_latency_us=lat_inter)
+                     intra_node_latency_us=lat_inter * float(x[2]), inter_node_latency_us=lat_inter,
+                     two_node_factor=float(np.exp(x[5])))
     return ThroughputModel(links, algorithm=algorithm, overlap=float(x[4]), bucket_mb=bucket_mb)
 
 
 def calibrate_links(app: PolluxApp, algorithm: Algorithm = "ring", bucket_mb: float = 25.0,
-                    initial: LinkSpec | None = None) -> Calibration:
-    """Least squares in log step time over all multi-GPU rows of ``app`` (relative errors, so a
-    0.02 s NCF step weighs as much as a 2 s BERT step)."""
+                    initial: LinkSpec | None = None, use_sync: bool = True) -> Calibration:
+    """Least squares in log time over all multi-GPU rows of ``app`` (relative errors, so a 0.02 s NCF
+    step weighs as much as a 2 s BERT step): each row's step time and, with ``use_sync``, its
+    measured all-reduce time against the model's communication time."""
     profile = pollux_profile(app)
     rows = RowArrays.of(app.multi_gpu)
     if len(rows.step_time) == 0:
         raise ValueError(f"{app.name}: no multi-GPU rows to calibrate the links from")
+    sync = np.array([r.sync_time for r in app.multi_gpu])
+    timed = (sync > 0) if use_sync else np.zeros(sync.size, dtype=bool)
     start = initial or LinkSpec()
     x0 = np.array([np.log(start.inter_node_gbps), np.log(max(1.0, start.intra_node_gbps / start.inter_node_gbps)),
                    min(1.0, start.intra_node_latency_us / start.inter_node_latency_us),
-                   np.log(start.inter_node_latency_us), 2.0])
-    lower = np.array([np.log(1e-3), 0.0, 0.0, np.log(0.1), 1.0])
-    upper = np.array([np.log(1e3), np.log(1e3), 1.0, np.log(1e5), 10.0])
-    fit = least_squares(lambda x: np.log(rows.predict(_model(x, algorithm, bucket_mb), profile) / rows.step_time),
-                        np.clip(x0, lower, upper), bounds=(lower, upper))
+                   np.log(start.inter_node_latency_us), 2.0, np.log(start.two_node_factor)])
+    lower = np.array([np.log(1e-3), 0.0, 0.0, np.log(0.1), 1.0, np.log(0.5)])
+    upper = np.array([np.log(1e3), np.log(1e3), 1.0, np.log(1e5), 10.0, np.log(4.0)])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        model = _model(x, algorithm, bucket_mb)
+        step = np.log(rows.predict(model, profile) / rows.step_time)
+        comm = model.communication_seconds(profile, rows.num_gpus[timed], rows.num_nodes[timed],
+                                           rows.max_per_node[timed])
+        return np.concatenate([step, np.log(comm / sync[timed])])
+
+    fit = least_squares(residuals, np.clip(x0, lower, upper), bounds=(lower, upper))
     model = _model(fit.x, algorithm, bucket_mb)
     return Calibration(app.name, model.links, model.overlap, algorithm, bucket_mb, len(rows.step_time),
                        throughput_mape(rows.predict(model, profile), rows.step_time))

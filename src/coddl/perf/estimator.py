@@ -172,7 +172,8 @@ def allreduce_seconds(nbytes: float, num_gpus: np.ndarray, num_nodes: np.ndarray
     2(n−1)/n · bytes through it. g is the fullest node's count, and n the node count. Because spreading
     shrinks the intra-node phase, the 2-D form can favour spread placements unless the intra-node
     links are much better than the inter-node ones; the ring never does (given intra ≥ inter).
-    Switches are not modelled: all inter-node traffic sees one bandwidth and latency.
+    Switches are not modelled: all inter-node traffic sees one bandwidth and latency. A job on exactly
+    two nodes pays ``links.two_node_factor`` × that time (a calibrated property of the fabric).
     """
     k = np.asarray(num_gpus, dtype=float)
     n = np.asarray(num_nodes, dtype=float)
@@ -191,6 +192,7 @@ def allreduce_seconds(nbytes: float, num_gpus: np.ndarray, num_nodes: np.ndarray
              + ns / np.maximum(n, 1.0) * nbytes / bw_inter + ns * buckets * lat_inter)
     else:
         raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; use 'ring' or 'hierarchical'")
+    t = np.where(n == 2, t * links.two_node_factor, t)
     return np.where(k > 1, t, 0.0)
 
 
@@ -287,6 +289,11 @@ class ThroughputModel:
             hit.setflags(write=False)
             self._cache[key] = hit
         return hit
+
+    def communication_seconds(self, profile: JobProfile, num_gpus: np.ndarray, num_nodes: np.ndarray,
+                              max_per_node: np.ndarray) -> np.ndarray:
+        """The all-reduce time of ``profile``'s gradients on many placement shapes (before overlap)."""
+        return self._comm(profile.param_bytes, num_gpus, num_nodes, max_per_node)
 
     def _comm(self, nbytes: float, k: np.ndarray, n: np.ndarray, g: np.ndarray) -> np.ndarray:
         return allreduce_seconds(nbytes, k, n, g, self.links, self.algorithm, self.bucket_mb * 1e6)
