@@ -67,10 +67,10 @@ class ModelCorrection:
     moves with the batch while its all-reduce does not, so the samples tell how far each part is off
     and how much of the all-reduce hides under compute. Each sample is the estimator's compute and
     communication seconds for that step plus the measured seconds; the fit (least squares in log
-    time) is a compute factor within ±65%, a communication factor, and the job's own overlap γ.
+    time) is a compute factor between 0.6 and 1.65, a communication factor and the job's own overlap γ.
     Fewer than ``min_batches`` distinct compute times cannot separate those, and samples from one
     node say nothing about the inter-node links that other placements use: then one factor scales
-    both parts (with the cluster's γ), which is ``OnlineCorrection``'s correction.
+    both parts (with the cluster's γ), the correction ``OnlineCorrection`` applies.
     """
 
     overlap: float  # the cluster's calibrated γ: the starting point and the fallback
