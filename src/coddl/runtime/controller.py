@@ -24,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -73,6 +74,8 @@ class Controller:
         self._thread = threading.Thread(target=self._run, name="coddl-controller", daemon=True)
         self._next_period = 0.0
         executor.notify = self.wake
+        # seconds and actions of each scheduling decision, for /metrics (a no-op unless the server sets it)
+        self.observe_decision: Callable[[float, int], None] = lambda seconds, actions: None
 
     # ------------------------------------------------------------------ lifecycle
     def now(self) -> float:
@@ -228,7 +231,9 @@ class Controller:
                 self._pushed[jid] = corr.factor
 
     def _plan(self, now: float) -> None:
+        t0 = time.perf_counter()
         step = self.scheduler.step(now)
+        self.observe_decision(time.perf_counter() - t0, len(step.plan.actions))
         if step.plan.actions:
             self.store.record_plan(step.plan.actions, time.time())  # written before it is acted on
             self.executor.apply(step.plan)

@@ -28,6 +28,7 @@ from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
+from coddl.runtime.metrics import ClusterMetrics, metrics_router
 from coddl.runtime.models import runtime_curves
 from coddl.runtime.paths import CLIENT_FILE, DEFAULT_PORT, SERVER_FILE, default_state_dir
 from coddl.runtime.store import Store, sqlite_url
@@ -79,6 +80,8 @@ class Runtime:
         self.scheduler = Scheduler(self.executor.cluster, policy, runtime_curves())
         self.jobs_dir = self.state_dir / "jobs"
         self.controller = Controller(self.store, self.scheduler, self.executor, self.jobs_dir, config.controller)
+        self.metrics = ClusterMetrics(self.store, self.executor.cluster, policy.describe(), self.executor.kind)
+        self.controller.observe_decision = self.metrics.observe_decision
 
     def start(self) -> None:
         self.controller.start()
@@ -91,7 +94,9 @@ class Runtime:
 
     def app(self) -> FastAPI:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
-        return create_app(self.store, info, self.jobs_dir, self.controller.wake)
+        app = create_app(self.store, info, self.jobs_dir, self.controller.wake)
+        app.include_router(metrics_router(self.metrics))
+        return app
 
 
 class HttpServer:

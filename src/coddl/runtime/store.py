@@ -211,6 +211,18 @@ class SampleView:
 
 
 @dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """An event with its place in the log (``id`` only grows) and what readers of the whole log need
+    of its job: the metrics fold new events in by id; the dashboard shows a user only their own."""
+
+    id: int
+    event: EventView
+    owner: str
+    submitted_at: float
+    started_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class ProgressUpdate:
     """A progress report; ``sample`` also keeps it in the job's history (the controller thins the
     history out: a report every half second for a week-long job is more than anyone reads)."""
@@ -325,6 +337,15 @@ class Store:
                 s.add(row)
             return float(row.value)
 
+    def get_meta(self, key: str) -> str | None:
+        with self._r() as s:
+            row = s.get(MetaRow, key)
+            return None if row is None else row.value
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._w() as s:
+            s.merge(MetaRow(key=key, value=value))
+
     # ------------------------------------------------------------------ tokens
     def create_token(self, user: str, admin: bool = False) -> str:
         token = secrets.token_urlsafe(32)
@@ -402,6 +423,48 @@ class Store:
         with self._r() as s:
             rows = s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
             return {status: n for status, n in rows}
+
+    # ------------------------------------------------------------------ reads for operators (metrics, dashboard)
+    def holders(self) -> list[JobView]:
+        """The jobs holding GPUs by the newest persisted plan, with their GPUs, by id."""
+        with self._r() as s:
+            q = select(JobRow, AllocationRow).join(AllocationRow, AllocationRow.job_id == JobRow.id)
+            return [_job(j, a) for j, a in s.execute(q.order_by(JobRow.id))]
+
+    def oldest_queued(self) -> float | None:
+        """When the longest-waiting job that never ran was submitted (None: nobody waits)."""
+        with self._r() as s:
+            return s.scalar(select(func.min(JobRow.submitted_at)).where(JobRow.status == JobStatus.QUEUED.value))
+
+    def last_event_id(self) -> int:
+        with self._r() as s:
+            return s.scalar(select(func.max(EventRow.id))) or 0
+
+    def event_log(self, after: int = 0, *, since: float | None = None, kinds: Sequence[str] | None = None,
+                  owner: str | None = None, limit: int = 10_000) -> list[LoggedEvent]:
+        """Events with an id above ``after`` (and at or after ``since``), oldest first, at most ``limit``."""
+        with self._r() as s:
+            q = (select(EventRow, JobRow.owner, JobRow.submitted_at, JobRow.started_at)
+                 .join(JobRow, JobRow.id == EventRow.job_id).where(EventRow.id > after))
+            if since is not None:
+                q = q.where(EventRow.at >= since)
+            if kinds is not None:
+                q = q.where(EventRow.kind.in_(list(kinds)))
+            if owner is not None:
+                q = q.where(JobRow.owner == owner)
+            rows = s.execute(q.order_by(EventRow.id).limit(limit))
+            return [LoggedEvent(e.id, _event(e), o, sub, st) for e, o, sub, st in rows]
+
+    def samples_since(self, since: float, job_ids: Sequence[int]) -> dict[int, list[SampleView]]:
+        """The progress history of these jobs from ``since`` on, by job."""
+        out: dict[int, list[SampleView]] = {j: [] for j in job_ids}
+        if not out:
+            return out
+        with self._r() as s:
+            q = select(SampleRow).where(SampleRow.job_id.in_(list(out)), SampleRow.at >= since)
+            for r in s.scalars(q.order_by(SampleRow.id)):
+                out[r.job_id].append(SampleView(r.at, r.step, r.world_size, r.steps_per_s, r.loss))
+        return out
 
     # ------------------------------------------------------------------ jobs (controller side)
     def unadmitted(self) -> list[JobView]:
