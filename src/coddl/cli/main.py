@@ -6,12 +6,14 @@ import typer
 
 from coddl.cli import cluster, experiment, metrics, server, trace
 from coddl.cli.policies import policies_cmd
+from coddl.cli.replay import replay_cmd
 from coddl.cli.simulate import simulate_cmd
 
 app = typer.Typer(help="coddl: elastic GPU-cluster scheduling for deep-learning training, and its simulator.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 app.command("simulate")(simulate_cmd)
 app.command("policies")(policies_cmd)
+app.command("replay")(replay_cmd)
 app.add_typer(trace.app, name="trace", help="inspect, convert and export traces")
 app.add_typer(cluster.app, name="cluster", help="cluster specs and the live cluster")
 app.add_typer(experiment.app, name="experiment", help="reproduce published comparisons")

@@ -42,8 +42,15 @@ def write_jobs(path: Path, res: SimResult) -> None:
                         f"{r.attained_service:.3f}", r.resizes, r.status])
 
 
+def _colours(ax: plt.Axes, lines: int) -> None:
+    """Past ten lines the default colours repeat, and two policies would look like one."""
+    if lines > 10:
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+
+
 def plot_jct_cdf(path: Path, results: dict[str, SimResult]) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    _colours(ax, len(results))
     for name, res in results.items():
         jct = np.sort([r.jct for r in res.records]) / 3600.0
         if jct.size:
@@ -74,6 +81,7 @@ def binned_utilisation(series: list[tuple[float, int]], capacity: int, bins: int
 
 def plot_utilisation(path: Path, results: dict[str, SimResult]) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    _colours(ax, len(results))
     for name, res in results.items():
         if len(res.utilisation) > 1:
             t, util = binned_utilisation(res.utilisation, res.capacity)

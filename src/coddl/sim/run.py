@@ -18,7 +18,7 @@ from coddl.sim.engine import SimResult, simulate
 from coddl.sim.estimator_rate import EstimatorRate
 from coddl.sim.reconfig import RECONFIG_MODELS, ReconfigCost
 from coddl.sim.workload import build_workload, curves_for
-from coddl.traces import load_trace
+from coddl.traces import Trace, load_trace
 
 
 @dataclass
@@ -41,12 +41,14 @@ def build_cluster(cfg: SimConfig) -> Cluster:
     return Cluster.for_gpus(cfg.gpus, cfg.gpus_per_node)
 
 
-def prepare(cfg: SimConfig) -> Prepared:
+def prepare(cfg: SimConfig, trace: Trace | None = None, curves: CurveTable | None = None) -> Prepared:
+    """The cluster and workload of ``cfg``; ``trace`` (and ``curves``) given instead of loaded by name
+    when the jobs come from elsewhere (a cluster's own history)."""
     if cfg.reconfig not in RECONFIG_MODELS:
         raise ConfigError(f"reconfig: unknown model {cfg.reconfig!r}; valid: {', '.join(RECONFIG_MODELS)}")
     rate = cfg.rate_model
-    trace = load_trace(cfg.trace, vc=cfg.vc, limit=cfg.jobs)
-    curves = curves_for(trace, load_coddl_curves(cfg.curves))
+    trace = trace if trace is not None else load_trace(cfg.trace, vc=cfg.vc, limit=cfg.jobs)
+    curves = curves_for(trace, curves if curves is not None else load_coddl_curves(cfg.curves))
     specs = build_workload(trace, curves, seed=cfg.seed)
     cluster = build_cluster(cfg)
     type_speed = type_speed_matrix(cluster.type_names, cluster.gpu_types, curves.names)

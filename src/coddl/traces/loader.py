@@ -1,8 +1,9 @@
 """``load_trace``: one entry point for bundled traces (by name) and trace files (by path).
 
-Files are recognised by extension (``.parquet`` native, ``.trace`` Gavel) or else by a column
-only one CSV format has, so a user never has to say which format a file is in; a file that is
-recognised but broken gets that format's precise error rather than a vague "unknown format".
+Files are recognised by extension (``.parquet`` native, ``.trace`` Gavel), Slurm's ``sacct -P``
+output by its ``|``-separated header, or else by a column only one CSV format has, so a user never
+has to say which format a file is in; a file that is recognised but broken gets that format's
+precise error rather than a vague "unknown format".
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from coddl.perf.curves import data_path
-from coddl.traces import gavel, itp, native, philly, pollux, tiresias
+from coddl.traces import gavel, itp, native, philly, pollux, sacct, tiresias
 from coddl.traces._table import Parsed, Table, assemble, fail, gc_paused, read_csv
 from coddl.traces.model import Trace, TraceError
 
@@ -75,6 +76,8 @@ def _read_file(path: Path) -> tuple[str, Parsed]:
         return "native", native.parse(native.read_parquet(path))
     if lower.endswith((".trace", ".trace.gz")):
         return "gavel", gavel.parse_msr(path)
+    if sacct.looks_like_sacct(path):
+        return "sacct", sacct.parse(path)
     table = read_csv(path)
     for name, key, parser, _ in _CSV_FORMATS:
         if key in table.index:
