@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench clean mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) results build *.egg-info
+
+# Mutation testing of the core (not part of `make test`): every listed module, or one of them.
+mutation: $(STAMP)
+	$(BIN)/python mutation/run.py $(MODULE)
