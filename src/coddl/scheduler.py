@@ -57,15 +57,23 @@ class Scheduler:
         self.steps = 0
 
     # ------------------------------------------------------------------ events in
-    def submit(self, spec: JobSpec, now: float) -> None:
+    def submit(self, spec: JobSpec, now: float, *, attained_service: float = 0.0,
+               first_start: float | None = None) -> None:
+        """A job arrives. A job taken over after a controller restart brings the GPU-seconds it had
+        received and when it first started, so least-attained-service policies rank it as before
+        and its next placement is a resume, not a start."""
         m = self.curves.model_index(spec.model)
         model_max = int(self.curves.max_gpus[m])
         cap = self.cluster.total_gpus
         max_gpus = min(spec.max_gpus if spec.max_gpus is not None else model_max, cap)
         max_gpus = max(max_gpus, min(spec.min_gpus, cap))
         gpu_type = self._type_index.get(spec.gpu_type, -1) if spec.gpu_type else -1
-        self.table.add(spec, self._uid, m, max_gpus, now, gpu_type,
-                       spec.min_cpus or 0, spec.max_cpus or 0)
+        r = self.table.add(spec, self._uid, m, max_gpus, now, gpu_type,
+                           spec.min_cpus or 0, spec.max_cpus or 0)
+        self.table.service0[r] = attained_service
+        if first_start is not None:
+            self.table.first_start[r] = first_start
+            self._ever_ran.add(spec.job_id)
         self._uid += 1
         self.dirty = True
 

@@ -62,3 +62,51 @@ def test_checkpoint_is_written_atomically_and_loads_back(tmp_path: Path) -> None
     counters = state.restore(state.load_checkpoint(tmp_path), other, other_opt)
     assert counters.step == 2
     assert state.state_hash(other, other_opt) == state.state_hash(model, opt)
+
+
+def test_state_hash_covers_the_optimizer_state_and_every_parameter() -> None:
+    model, opt = trained(0)
+    base = state.state_hash(model, opt)
+    assert state.state_hash(model, opt) == base  # a pure function of the tensors
+    opt.state_dict()  # reading changes nothing
+    first = next(iter(opt.state.values()))
+    saved = first["exp_avg"].clone()
+    first["exp_avg"].add_(1e-3)  # same weights, different optimizer moments: replicas would diverge
+    assert state.state_hash(model, opt) != base
+    first["exp_avg"].copy_(saved)
+    assert state.state_hash(model, opt) == base
+    model2, opt2 = trained(0)
+    assert state.state_hash(model2, opt2) == state.state_hash(model, opt)
+    with torch.no_grad():
+        model2[2].bias.add_(1.0)  # the last parameter counts as much as the first
+    assert state.state_hash(model2, opt2) != state.state_hash(model, opt)
+
+
+_WRITER = """
+import resource, signal, sys, torch
+from pathlib import Path
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it by default; the kernel's default kills
+from coddl.elastic import state
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+state.save_checkpoint(Path(sys.argv[1]), {"step": 2, "w": torch.ones(4 * limit // 4, dtype=torch.float32)})
+print("finished")
+"""
+
+
+def test_a_process_killed_while_writing_a_checkpoint_leaves_the_previous_one_intact(tmp_path: Path) -> None:
+    """The writer is killed by the kernel (SIGXFSZ) the moment a file it writes grows past 1 MB,
+    half-way through a 4 MB checkpoint: deterministic, whatever the machine's load."""
+    import signal
+    import subprocess
+    import sys
+
+    old = {"step": 1, "w": torch.arange(1000, dtype=torch.float32)}
+    state.save_checkpoint(tmp_path, old)
+    before = (tmp_path / state.CHECKPOINT_NAME).read_bytes()
+    limit = 1 << 20
+    proc = subprocess.run([sys.executable, "-c", _WRITER, str(tmp_path), str(limit)], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGXFSZ, (proc.returncode, proc.stdout, proc.stderr)
+    assert (tmp_path / state.CHECKPOINT_NAME).read_bytes() == before
+    back = state.load_checkpoint(tmp_path)
+    assert back["step"] == 1 and torch.equal(back["w"], old["w"])

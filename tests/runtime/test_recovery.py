@@ -29,6 +29,8 @@ def test_a_killed_controller_restarts_with_every_job(server_factory, tmp_path):
     late = first.submit(tiny_job("late", steps=40, max_gpus=2, step_s=0.05))
     orphans = first.job(long)["workers"]
     assert orphans
+    # the controller writes attained service each period: wait for a write after at least 2 s of running
+    served = first.wait_job(long, lambda j: j["attained_service"] >= 2.0, 60, "service persisted")
 
     first.kill()
     second = server_factory(state, gpus=2)
@@ -45,7 +47,12 @@ def test_a_killed_controller_restarts_with_every_job(server_factory, tmp_path):
     assert job["steps_done"] == 300
     kinds = [e["kind"] for e in job["events"]]
     recovered = kinds.index("recovered")
-    assert ("planned", "start") in [(e["kind"], e["action"]) for e in job["events"][recovered:]]
+    # it ran before: the restarted controller resumes it, keeping its first start and the service
+    # it had received (which least-attained-service policies rank by)
+    assert ("planned", "resume") in [(e["kind"], e["action"]) for e in job["events"][recovered:]]
+    assert ("planned", "start") not in [(e["kind"], e["action"]) for e in job["events"][recovered:]]
+    assert job["started_at"] == served["started_at"]
+    assert job["attained_service"] > served["attained_service"]
     # it resumed from its checkpoint, not from step 0
     resumed_at = min(s["step"] for s in job["samples"] if s["at"] > job["events"][recovered]["at"])
     assert resumed_at > 10

@@ -56,22 +56,31 @@ def test_recovery_takes_over_unfinished_jobs_and_hands_back_worker_records(store
     store = Store(store_url)
     done, running, queued, cancelling = (_job(store, n) for n in ("done", "running", "queued", "cancelling"))
     store.mark_admitted([done, running, queued, cancelling])
+    fresh = _job(store, "fresh")  # submitted, not yet taken in by the controller when it died
     store.record_plan([Action(ActionKind.START, str(done), (), (0,)),
                        Action(ActionKind.START, str(running), (), (1, 2))], at=1.0)
     store.record_workers(running, [{"slot": 1, "pid": 11, "started": 5.0}, {"slot": 2, "pid": 12, "started": 5.0}])
+    store.record_progress([ProgressUpdate(running, 1.5, 30, 2, 20.0, 0.1)])
     store.finish(done, JobStatus.FINISHED, 2.0)
     store.request_cancel(cancelling, "ann")
     store.close()
 
     again = Store(store_url)  # a new process would do exactly this
     jobs, workers = again.recover(at=3.0)
-    assert [j.id for j in jobs] == [running, queued, cancelling]
+    assert [j.id for j in jobs] == [running, queued, cancelling, fresh]
     assert [w["pid"] for w in workers] == [11, 12]
     assert again.get_job(done).status == "finished" and again.get_job(done).finished_at == 2.0
-    assert again.get_job(running).status == "suspended" and again.allocations() == {}
-    assert [e.kind for e in again.events(running)][-1] == "recovered"
+    assert "recovered" not in [e.kind for e in again.events(done)]
+    r = again.get_job(running)
+    assert (r.status, r.share, r.gpus, r.steps_done, r.started_at) == ("suspended", 0, (), 30, 1.0)
+    assert again.allocations() == {}
+    assert [(e.kind, e.detail) for e in again.events(running)][-1] == ("recovered", "was running at step 30")
+    assert again.get_job(queued).status == "queued"  # never ran: nothing to resume
+    assert "recovered" not in [e.kind for e in again.events(queued)]
     assert again.cancel_requests() == [cancelling]
+    # every job recover() handed back is the controller's now: none is admitted a second time
     assert again.unadmitted() == []
+    assert [j.share for j in jobs] == [0, 0, 0, 0]
 
 
 def test_epoch_is_fixed_when_the_state_is_created(store_url):

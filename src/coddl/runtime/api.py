@@ -45,6 +45,7 @@ def job_json(j: JobView) -> dict[str, Any]:
         "finished_at": j.finished_at, "total_steps": j.total_steps, "steps_done": j.steps_done, "loss": j.loss,
         "steps_per_s": j.steps_per_s, "share": j.share, "resizes": j.resizes, "message": j.message,
         "gpus": list(j.gpus), "workers": list(j.workers), "terminal": j.terminal,
+        "attained_service": j.attained_service,
     }
 
 

@@ -13,7 +13,9 @@ at the job's world size) feeds a per-job ``OnlineCorrection``; the factor reache
 policy re-run on every noisy sample would resize jobs back and forth for nothing.
 
 Recovery: on start, the store hands back every unfinished job; they are submitted again with the
-work they have left, and the first plan restarts the ones that were running from their checkpoints.
+work they have left, the GPU-seconds they had received and their first start time (persisted each
+period and at each plan), and the first plan resumes the ones that were running from their
+checkpoints.
 Finished, failed and cancelled jobs stay as they are.
 """
 
@@ -134,6 +136,7 @@ class Controller:
         if time.monotonic() >= self._next_period:
             self._next_period = time.monotonic() + self.settings.period_s
             self._push_speeds()
+            self._persist_service(now)
         w = self.scheduler.next_wakeup(now) if self.scheduler.table.n else None
         if w is not None and w <= now:
             self.scheduler.dirty = True
@@ -145,7 +148,9 @@ class Controller:
         jid = str(job.id)
         curve = curve_for(self.scheduler.curves, spec.model)
         arrival = min(max(0.0, job.submitted_at - self.epoch), now)
-        self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now)
+        first_start = None if job.started_at is None else min(max(arrival, job.started_at - self.epoch), now)
+        self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now,
+                              attained_service=job.attained_service, first_start=first_start)
         entry, args = spec.entry_and_args()
         self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid))
         self._corrections[jid] = OnlineCorrection()
@@ -236,7 +241,15 @@ class Controller:
         self.observe_decision(time.perf_counter() - t0, len(step.plan.actions))
         if step.plan.actions:
             self.store.record_plan(step.plan.actions, time.time())  # written before it is acted on
+            self._persist_service(now)
             self.executor.apply(step.plan)
+
+    def _persist_service(self, now: float) -> None:
+        """Every active job's attained service, each period and at each plan, so a restart loses
+        at most one period of it."""
+        t = self.scheduler.table
+        if t.n:
+            self.store.record_service({int(j): float(s) for j, s in zip(t.ids, t.attained_service(now))})
 
     def _forget(self, jid: JobId) -> None:
         self._corrections.pop(jid, None)

@@ -42,6 +42,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    inspect,
     select,
     update,
 )
@@ -91,6 +92,9 @@ class JobRow(Base):
     share: Mapped[int] = mapped_column(Integer, default=0)
     resizes: Mapped[int] = mapped_column(Integer, default=0)
     message: Mapped[str | None] = mapped_column(SafeText, nullable=True)
+    # GPU-seconds received so far, as of the controller's last write: least-attained-service
+    # policies rank by it, so a restarted controller must not reset it to zero
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
 
 
 class EventRow(Base):
@@ -183,6 +187,7 @@ class JobView:
     message: str | None
     gpus: tuple[int, ...] = ()
     workers: tuple[dict, ...] = ()
+    attained_service: float = 0.0
 
     @property
     def terminal(self) -> bool:
@@ -239,12 +244,24 @@ class ProgressUpdate:
 def _job(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
     return JobView(r.id, r.name, r.owner, r.spec, r.status, r.cancel_requested, r.submitted_at, r.started_at,
                    r.finished_at, r.total_steps, r.steps_done, r.loss, r.steps_per_s, r.share, r.resizes,
-                   r.message, tuple(alloc.gpus) if alloc else (), tuple(alloc.workers or ()) if alloc else ())
+                   r.message, tuple(alloc.gpus) if alloc else (), tuple(alloc.workers or ()) if alloc else (),
+                   r.attained_service or 0.0)
 
 
 def _event(r: EventRow) -> EventView:
     return EventView(r.job_id, r.at, r.kind, r.action, None if r.gpus_before is None else tuple(r.gpus_before),
                      None if r.gpus_after is None else tuple(r.gpus_after), r.latency_s, r.detail)
+
+
+def _add_missing_columns(conn: Connection) -> None:
+    """Columns added to a table after a state directory was created (``create_all`` creates only
+    missing tables): each is added with its server default, so an older store opens unchanged."""
+    present = {c["name"] for c in inspect(conn).get_columns(JobRow.__tablename__)}
+    for col in JobRow.__table__.columns:
+        if col.name not in present:
+            kind = col.type.compile(dialect=conn.dialect)
+            default = f" DEFAULT {col.server_default.arg}" if col.server_default is not None else ""
+            conn.exec_driver_sql(f"ALTER TABLE {JobRow.__tablename__} ADD COLUMN {col.name} {kind}{default}")
 
 
 def digest(token: str) -> str:
@@ -275,6 +292,7 @@ class Store:
         with self._write_engine.begin() as conn:
             self._lock(conn)
             Base.metadata.create_all(conn)
+            _add_missing_columns(conn)
         self._reads = sessionmaker(self._read, expire_on_commit=False)
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
 
@@ -390,11 +408,12 @@ class Store:
         with self._r() as s:
             q = select(j.id, j.name, j.owner, j.spec, j.status, j.cancel_requested, j.submitted_at, j.started_at,
                        j.finished_at, j.total_steps, j.steps_done, j.loss, j.steps_per_s, j.share, j.resizes,
-                       j.message, a.gpus, a.workers).outerjoin_from(JobRow, AllocationRow, a.job_id == j.id)
+                       j.message, a.gpus, a.workers, j.attained_service).outerjoin_from(
+                           JobRow, AllocationRow, a.job_id == j.id)
             if owner is not None:
                 q = q.where(j.owner == owner)
             rows = s.execute(q.order_by(j.id.desc()).limit(limit)).all()
-            return [JobView(*r[:16], tuple(r[16] or ()), tuple(r[17] or ())) for r in reversed(rows)]
+            return [JobView(*r[:16], tuple(r[16] or ()), tuple(r[17] or ()), r[18] or 0.0) for r in reversed(rows)]
 
     def request_cancel(self, job_id: int, by: str) -> JobView:
         now = time.time()
@@ -526,6 +545,14 @@ class Store:
             alloc = s.get(AllocationRow, job_id)
             if alloc is not None:
                 alloc.workers = list(workers)
+
+    def record_service(self, attained: dict[int, float]) -> None:
+        """Each job's attained service (GPU-seconds) as the scheduler has it now; it never goes back."""
+        if not attained:
+            return
+        with self._w() as s:
+            for row in s.scalars(select(JobRow).where(JobRow.id.in_(list(attained)))):
+                row.attained_service = max(row.attained_service or 0.0, float(attained[row.id]))
 
     def record_event(self, job_id: int, kind: str, at: float, detail: str | None = None) -> None:
         with self._w() as s:
