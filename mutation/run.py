@@ -106,6 +106,8 @@ def workdir(args: list[str], modules: list[str]) -> Path:
         "pytest_add_cli_args_test_selection": [*args, "-m", "not slow"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q"],
         "process_isolation": "forkserver",
+        "timeout_multiplier": 3.0,
+        "timeout_constant": 2.0,
     }
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in cfg.items()]
     text = base + "\n".join(lines) + "\n"

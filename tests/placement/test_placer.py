@@ -33,16 +33,36 @@ def test_a_job_larger_than_a_node_spans_the_fewest_nodes():
 
 
 def test_shrink_keeps_the_gpus_on_the_job_s_main_node():
-    c = Cluster.for_gpus(16, 8)
+    # Two nodes of 4. f takes 3 GPUs of node 0; a (5 GPUs) fits no node, so it spans: 4 on node 1
+    # (the emptiest first) and the last free GPU of node 0. Shrinking a keeps node 1's GPUs.
+    c = Cluster.for_gpus(8, 4)
     p = ConsolidatingPlacer(c)
-    p.place({}, [Request("f", 6)])
-    a = p.place({}, [Request("a", 4)])["a"].gpus  # 2 on node 0, 2 on node 1 … or best fit
-    assert len(a) == 4
-    cur = {"a": a}
-    small = p.place(cur, [Request("a", 2)])["a"].gpus
-    assert set(small) <= set(a)
-    counts = np.bincount(c.node_of_gpu[list(a)], minlength=2)
-    assert len(nodes_of(c, small)) == 1 and int(counts[next(iter(nodes_of(c, small)))]) >= 2
+    f = p.place({}, [Request("f", 3)])["f"].gpus
+    assert nodes_of(c, f) == {0}
+    a = p.place({"f": f}, [Request("a", 5)])["a"].gpus
+    assert np.bincount(c.node_of_gpu[list(a)], minlength=2).tolist() == [1, 4]
+    small = p.place({"f": f, "a": a}, [Request("a", 4)])["a"].gpus
+    assert set(small) <= set(a) and nodes_of(c, small) == {1}
+    assert p.free[[g for g in a if g not in small]].all()  # the released GPU is free again
+    two = p.place({"f": f, "a": small}, [Request("a", 2)])["a"].gpus
+    assert set(two) <= set(small) and nodes_of(c, two) == {1}
+
+
+def test_a_growing_job_fills_its_own_node_first():
+    # Two nodes of 4. f holds 3 GPUs of node 0 (one free there), a holds 2 of node 1 (two free).
+    # a grows by one: best fit alone would pick node 0's single free GPU and split a over two
+    # nodes; filling a's own node first keeps it on node 1.
+    c = Cluster.for_gpus(8, 4)
+    p = ConsolidatingPlacer(c)
+    f = p.place({}, [Request("f", 3)])["f"].gpus
+    a = p.place({"f": f}, [Request("a", 2)])["a"].gpus
+    assert nodes_of(c, f) == {0} and nodes_of(c, a) == {1}
+    grown = p.place({"f": f, "a": a}, [Request("a", 3)])["a"].gpus
+    assert set(a) < set(grown) and nodes_of(c, grown) == {1}
+    # growing past its node: the 4th GPU of node 1 first, then the one left on node 0
+    more = p.place({"f": f, "a": grown}, [Request("a", 5)])["a"].gpus
+    assert set(grown) < set(more)
+    assert np.bincount(c.node_of_gpu[list(more)], minlength=2).tolist() == [1, 4]
 
 
 @settings(max_examples=150, deadline=None)

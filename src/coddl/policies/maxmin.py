@@ -36,7 +36,9 @@ def water_fill(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, capacity: int)
     alloc = np.minimum(hi_a, np.maximum(lo_a, level))
     left = capacity - int(alloc.sum())
     if left > 0:
-        grow = np.flatnonzero(alloc < hi_a)[:left]  # the next round, in order, until GPUs run out
+        # the next round, in order, until GPUs run out: only jobs at the water level (one held above
+        # it by its minimum is already ahead)
+        grow = np.flatnonzero((alloc < hi_a) & (alloc == level))[:left]
         alloc[grow] += 1
     give[rows] = alloc
     return give
