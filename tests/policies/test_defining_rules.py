@@ -138,3 +138,19 @@ def test_afs_p_coin_flips_kept_for_life_or_redrawn(reshuffle: bool) -> None:
     seen = {tuple(np.asarray(pol.allocate(sched.context(float(t)))).tolist()) for t in range(30)}
     assert seen <= {(2, 1), (1, 2)}
     assert len(seen) == (2 if reshuffle else 1)
+
+
+def test_srsf_ties_go_by_arrival_then_submission_order() -> None:
+    # One GPU, three jobs with the same service left. "late" is submitted first but arrived at 5,
+    # "early" at 0: arrival decides. Then a, b, c arrive together; a leaves, so c's row moves before
+    # b's: submission order (b) decides, not the row.
+    sched = Scheduler(Cluster.for_gpus(1, 8), make_policy("srsf"), LIN)
+    sched.submit(JobSpec("late", 5.0, 1, 10.0, "lin", max_gpus=1), 5.0)
+    sched.submit(JobSpec("early", 0.0, 1, 10.0, "lin", max_gpus=1), 5.0)
+    assert dict(zip(sched.table.ids, sched.policy.allocate(sched.context(5.0)).tolist())) == {"late": 0, "early": 1}
+    sched = Scheduler(Cluster.for_gpus(1, 8), make_policy("srsf"), LIN)
+    for jid in ("a", "b", "c"):
+        sched.submit(JobSpec(jid, 0.0, 1, 10.0, "lin", max_gpus=1), 0.0)
+    sched.complete("a", 0.0)
+    assert sched.table.ids == ["c", "b"]
+    assert dict(zip(sched.table.ids, sched.policy.allocate(sched.context(0.0)).tolist())) == {"c": 0, "b": 1}
