@@ -65,7 +65,8 @@ def test_config_json_reproduces_the_run_exactly(run_dir, tmp_path):
     (["--policies", "nope"], "unknown policy 'nope'; valid policies:"),
     (["--policies", "fifo:bogus=1"], "unknown parameter 'bogus'"),
     (["--trace", "no-such-trace"], "not a bundled trace (bundled: philly, itp"),
-    (["--reconfig", "sometimes"], "reconfig: unknown model 'sometimes'"),
+    (["--reconfig", "sometimes"], "reconfig: unknown value 'sometimes'; valid: zero, in-place, restart"),
+    (["--oversized", "shrug"], "oversized: unknown value 'shrug'"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle):
     r = coddl("simulate", "--jobs", "10", *args)
@@ -79,3 +80,36 @@ def test_bad_config_file_names_the_setting(tmp_path):
     bad.write_text(json.dumps({"trace": "philly", "gpu": 64}))
     r = coddl("simulate", "--config", str(bad))
     assert r.returncode == 2 and "gpu: unknown setting" in r.stderr
+
+
+def test_a_wrongly_typed_config_setting_is_one_line(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"trace": "philly", "jobs": "ten"}))
+    r = coddl("simulate", "--config", str(bad))
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: config.json: jobs: input should be a valid integer, got 'ten'"
+
+
+def test_jobs_larger_than_the_cluster_are_named_before_simulating_and_skipped(tmp_path):
+    # the first 300 jobs of 6c71a0 include three 16-GPU jobs; the cluster has 8 GPUs
+    out = tmp_path / "small"
+    r = coddl("simulate", "--trace", "philly", "--vc", "6c71a0", "--jobs", "300", "--gpus", "8",
+              "--policies", "fifo,max-min", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    big = ["philly-32961", "philly-32936", "philly-32749"]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("skipped"))
+    assert line == f"skipped 3 jobs (needs 16 GPUs, the cluster has 8): {', '.join(big)}"
+    assert r.stdout.index("skipped 3 jobs") < r.stdout.index("fifo ")  # named before the simulation
+    rows = list(csv.DictReader(open(out / "skipped.csv")))
+    assert [(x["job_id"], x["gpus"]) for x in rows] == [(j, "16") for j in big]
+    for pol in ("fifo", "max-min"):
+        ids = {x["job_id"] for x in csv.DictReader(open(out / f"jobs-{pol}.csv"))}
+        assert len(ids) == 297 and not ids & set(big)
+    capped = coddl("simulate", "--trace", "philly", "--vc", "6c71a0", "--jobs", "300", "--gpus", "8",
+                   "--policies", "fifo", "--oversized", "cap", "--out", str(tmp_path / "cap"))
+    assert capped.returncode == 0 and "skipped" not in capped.stdout
+    assert len(list(csv.DictReader(open(tmp_path / "cap" / "jobs-fifo.csv")))) == 300
+    failed = coddl("simulate", "--trace", "philly", "--vc", "6c71a0", "--jobs", "300", "--gpus", "8",
+                   "--policies", "fifo", "--oversized", "fail")
+    assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1
+    assert "3 jobs need more GPUs than the cluster has (8): philly-32961 (16)" in failed.stderr

@@ -50,5 +50,5 @@ def test_a_run_reproduces_from_its_config(run_dir):
 def test_an_unknown_rate_model_is_a_one_line_error():
     r = coddl("simulate", "--jobs", "5", "--rate", "magic")
     assert r.returncode == 2
-    assert "rate: unknown rate model 'magic'; valid: curves, estimator" in r.stderr + r.stdout
+    assert "rate: unknown value 'magic'; valid: curves, estimator" in r.stderr + r.stdout
     assert "Traceback" not in r.stderr

@@ -110,3 +110,54 @@ def naive_tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.nda
         budget -= c.nxt(w, s[w]) - s[w]
         s[w] = c.nxt(w, s[w])
     return s
+
+
+def naive_afs_l_arrival(ctx: Context) -> list[int]:
+    """The CoDDL authors' AFS-L (ALGORITHMS.md §4): minimums first, by T(min) then submission
+    order while they fit; then GPUs one at a time, candidates visited in arrival (submission)
+    order, l = the shorter of incumbent and candidate by T_j(s_j) (the incumbent on a tie), and l
+    takes the GPU iff gain_l > loss_h."""
+    c = Curves(ctx)
+    uid = ctx.jobs.uid.tolist()
+    n = len(uid)
+    s = [0] * n
+    budget = ctx.capacity
+    for r in sorted(range(n), key=lambda r: (c.t(r, c.lo[r]), uid[r])):
+        if c.lo[r] <= budget:
+            s[r] = c.lo[r]
+            budget -= c.lo[r]
+    while budget > 0:
+        cands = sorted((r for r in range(n) if 0 < s[r] < c.hi[r]), key=lambda r: uid[r])
+        if not cands:
+            break
+        w = cands[0]
+        for m in cands[1:]:
+            l, h = (m, w) if c.t(m, s[m]) < c.t(w, s[w]) else (w, m)
+            w = l if c.gain(l, s[l]) > c.loss(h, s[h]) else h
+        s[w] += 1
+        budget -= 1
+    return s
+
+
+def naive_afs_p_per_contest(ctx: Context, coin) -> list[int]:
+    """The CoDDL authors' AFS-P under light load: everyone at min, then GPUs one at a time over
+    the candidates in arrival order; m takes the GPU if it dominates, the incumbent keeps it if it
+    dominates, otherwise ``coin()`` (True: m) decides — a fresh flip per contest."""
+    c = Curves(ctx)
+    uid = ctx.jobs.uid.tolist()
+    n = len(uid)
+    s = list(c.lo)
+    budget = ctx.capacity - sum(s)
+    while budget > 0:
+        cands = sorted((r for r in range(n) if s[r] < c.hi[r]), key=lambda r: uid[r])
+        if not cands:
+            break
+        w = cands[0]
+        for m in cands[1:]:
+            if c.loss(m, s[m]) >= c.gain(w, s[w]):
+                w = m
+            elif c.loss(w, s[w]) < c.gain(m, s[m]) and coin():
+                w = m
+        s[w] += 1
+        budget -= 1
+    return s

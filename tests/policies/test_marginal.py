@@ -64,8 +64,9 @@ def naive_themis(ctx) -> list[int]:
     fair = ctx.capacity / n
     ideal = []
     for r in range(n):
-        k = int(min(max(math.floor(fair), 1), c.hi[r]))
-        ideal.append(float(j.total_work[r]) / (c.p(r, k) * min(1.0, fair)))
+        # the fair share within [min, max]: a job below its minimum runs at it part of the time
+        k = int(min(max(math.floor(fair), c.lo[r]), max(c.hi[r], c.lo[r])))
+        ideal.append(float(j.total_work[r]) / (c.p(r, k) * min(1.0, fair / k)))
     spent = [ctx.now - a for a in j.arrival.tolist()]
 
     def rho(r: int, k: int) -> float:

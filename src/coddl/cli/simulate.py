@@ -6,18 +6,18 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from coddl.cli.errors import fail, user_errors
-from coddl.policies.registry import make_policy, split_policy_list
+from coddl.cli.console import stdout_console
+from coddl.cli.errors import user_errors
+from coddl.policies.registry import split_policy_list
 from coddl.sim.config import SimConfig
 from coddl.sim.metrics import Summary, summarise
-from coddl.sim.report import write_report
+from coddl.sim.report import write_report, write_skipped
 from coddl.sim.run import prepare, run_policy
 
-console = Console()
+console = stdout_console()
 
 
 def hours(s: float) -> str:
@@ -29,7 +29,7 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
     cols = ["policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
             "avg queueing (h)", "GPU util", "CPU util", "reconfigs", "fragmentation", "sim wall (s)"]
     for col in cols:
-        t.add_column(col, justify="left" if col == "policy" else "right")
+        t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
     best = min(s.avg_jct for s in summaries)
     for s in summaries:
         style = "bold green" if s.avg_jct == best else None
@@ -54,6 +54,10 @@ def simulate_cmd(
                                                    "estimator (also by placement); default: estimator with "
                                                    "--cluster, else curves"),
     allow_mixing: bool = typer.Option(False, help="let one job span GPU types (per-GPU batch balanced to speed)"),
+    oversized: str = typer.Option("skip", help="jobs needing more GPUs than the cluster has: skip (and report "
+                                              "them), cap (run them at the cluster's size) or fail"),
+    model_draw: str = typer.Option("seeded", help="how models are drawn for trace jobs that name none: seeded "
+                                                 "(--seed) or coddl-authors (the CoDDL authors' simulator)"),
     out: Optional[Path] = typer.Option(None, help="directory for summary.csv, per-job CSVs, config.json, plots"),
     config: Optional[Path] = typer.Option(None, help="a config.json of an earlier run: reproduce it exactly"),
     check: bool = typer.Option(False, help="verify the simulator's invariants at every step (slower)"),
@@ -63,17 +67,14 @@ def simulate_cmd(
         if config is not None:
             cfg = SimConfig.load(config)
         else:
-            cfg = SimConfig(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
-                            cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
-                            seed=seed, reconfig=reconfig, rate=rate, allow_mixing=allow_mixing)
+            cfg = SimConfig.build(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
+                                  cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
+                                  seed=seed, reconfig=reconfig, rate=rate, allow_mixing=allow_mixing,
+                                  oversized=oversized, model_draw=model_draw)
         from coddl import __version__
 
         cfg.version = __version__
         cfg.rate = cfg.rate_model  # resolved, so config.json reproduces the run whatever the defaults
-        if not cfg.policies:
-            raise fail("policies: give at least one policy")
-        for p in cfg.policies:
-            make_policy(p)  # reject a bad policy before any work
         prep = prepare(cfg)
         n = len(prep.specs)
         types = "/".join(f"{cap} {t}" for t, cap in prep.cluster.capacity_by_type.items())
@@ -81,6 +82,8 @@ def simulate_cmd(
                       f"{prep.cluster.total_gpus} GPUs ({len(prep.cluster.nodes)} nodes; {types}), "
                       f"reconfig={cfg.reconfig}, rate={cfg.rate}{', mixing' if cfg.allow_mixing else ''}, "
                       f"seed={cfg.seed}")
+        if prep.skipped:
+            console.print(skipped_line(prep.skipped, out), highlight=False, markup=False)
         results = {}
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
@@ -94,5 +97,20 @@ def simulate_cmd(
         if out is not None:
             files = write_report(out, summaries, results)
             (out / "config.json").write_text(cfg.to_json() + "\n")
+            if prep.skipped:
+                files.append(write_skipped(out, prep.skipped))
             console.print(f"wrote {len(files) + 1} files to {out}/ (summary.csv, config.json, "
-                          "jobs-*.csv, jct_cdf.png, allocations.png, utilisation.png)")
+                          "jobs-*.csv, jct_cdf.png, allocations.png, utilisation.png"
+                          f"{', skipped.csv' if prep.skipped else ''})")
+
+
+def skipped_line(skipped, out: Path | None, show: int = 10) -> str:
+    """One line per reason: how many trace jobs are not simulated, and which."""
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s.reason, []).append(s.job_id)
+    lines = []
+    for reason, ids in by_reason.items():
+        more = f", … {len(ids) - show} more" + (f" in {out / 'skipped.csv'}" if out else "") if len(ids) > show else ""
+        lines.append(f"skipped {len(ids)} job{'s' if len(ids) != 1 else ''} ({reason}): {', '.join(ids[:show])}{more}")
+    return "\n".join(lines)

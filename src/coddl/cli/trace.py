@@ -67,16 +67,25 @@ def export(
     seed: int = typer.Option(1, "--seed", help="Seed of the workload builder (model draws etc.)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Keep the first N jobs by arrival."),
     policy_kind: PolicyKind = typer.Option(PolicyKind.elastic, "--policy-kind", help=PolicyKind.__doc__),
+    model_draw: str = typer.Option("seeded", "--model-draw", help="seeded (--seed) or coddl-authors (the CoDDL "
+                                                                  "authors' simulator's draw, seed 0 per trace)"),
 ) -> None:
     """Write the workload the simulator would build from a trace, one job per row; reading the
     file back replays exactly the same jobs (model and iterations are given)."""
     # The workload builder pulls in the simulator; info and convert do not need it.
     from coddl.perf.curves import load_coddl_curves
-    from coddl.sim.workload import build_workload, curves_for
+    from coddl.sim.config import ConfigError
+    from coddl.sim.workload import build_workload, build_workload_coddl_authors, curves_for
 
     with user_errors():
         tr = load_trace(trace, vc=vc, limit=jobs)
-        specs = build_workload(tr, curves_for(tr, load_coddl_curves()), seed=seed)
+        curves = curves_for(tr, load_coddl_curves())
+        if model_draw == "coddl-authors":
+            specs, _ = build_workload_coddl_authors(tr, curves)
+        elif model_draw == "seeded":
+            specs = build_workload(tr, curves, seed=seed)
+        else:
+            raise ConfigError(f"--model-draw: unknown value {model_draw!r}; valid: seeded, coddl-authors")
         if policy_kind is PolicyKind.rigid:
             specs = [dataclasses.replace(s, min_gpus=s.requested_gpus, max_gpus=s.requested_gpus)
                      for s in specs]

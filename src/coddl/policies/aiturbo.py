@@ -235,14 +235,14 @@ class AITurbo(Policy):
             gain[r] = remaining[r] * plan.gain
 
         service = jobs.attained * p.cores_per_gpu_service + jobs.cpu_attained
-        score = borda_score(service, gain, predictable, jobs.arrival)
+        score = borda_score(service, gain, predictable, jobs.uid)  # uid: arrival, then submission order
         level = mlfq_level(score, p.thresholds)
         for r, jid in enumerate(jobs.ids):
             level[r] = self._level[jid] = max(self._level.get(jid, 0), int(level[r]))
         if len(self._level) > 2 * n + 64:  # forget finished jobs now and then
             self._level = {j: self._level[j] for j in jobs.ids}
             self._jobs = {j: st for j, st in self._jobs.items() if j in self._level}
-        order = lexorder(level, score, jobs.arrival)
+        order = lexorder(level, score, jobs.arrival, jobs.uid)
         order = order[jobs.min_gpus[order] <= ctx.capacity]  # a job larger than the cluster never runs
 
         # jobs whose cores the user fixed (min/max cpus) keep them and are left out of CPU moves
@@ -405,7 +405,8 @@ def _grow(pool: _Pool, plans: dict[int, _Plan], remaining: np.ndarray, gpu_moves
 def borda_score(service: np.ndarray, gain: np.ndarray, predictable: np.ndarray, arrival: np.ndarray) -> np.ndarray:
     """Borda points per job (fewer = higher priority): LAS rank by unified ``service`` (1 = least)
     plus, for predictable jobs, the rank of their benefit ``gain`` among predictable jobs (1 =
-    largest); unpredictable jobs count their LAS rank twice. Ties go to the earlier arrival."""
+    largest); unpredictable jobs count their LAS rank twice. Ties go to the smaller ``arrival`` key
+    (the policy passes the submission sequence, i.e. arrival order with same-second ties in trace order)."""
     n = service.shape[0]
     las = np.empty(n, dtype=np.int64)
     las[lexorder(service, arrival)] = np.arange(1, n + 1)

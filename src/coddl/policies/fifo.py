@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit
+from coddl.policies.base import Context, Policy, greedy_fit, lexorder
 from coddl.policies.registry import register
 
 
@@ -30,6 +30,6 @@ class Fifo(Policy):
         queued = np.flatnonzero(~running)
         if free <= 0 or queued.size == 0:
             return np.where(running, j.requested, 0)
-        order = queued[np.argsort(j.arrival[queued], kind="stable")]
+        order = queued[lexorder(j.arrival[queued], j.uid[queued])]  # same second: submission order
         admitted = greedy_fit(order, j.requested, free, self.params.backfill)
         return np.where(running | admitted, j.requested, 0)

@@ -243,10 +243,10 @@ class Gavel(Policy):
                 if pass_ == "lp":
                     rows = np.flatnonzero(open_ & (x[:, t] > 0))
                     order = rows[lexorder(-priority[rows, t], -x[rows, t], ~(here[rows] & (j.gpu_type[rows] == t)),
-                                          j.arrival[rows])]
+                                          j.arrival[rows], j.uid[rows])]
                 else:
                     rows = np.flatnonzero(open_)
-                    order = rows[lexorder(j.arrival[rows])]
+                    order = rows[lexorder(j.arrival[rows], j.uid[rows])]
                 if not order.size:
                     continue
                 admitted = greedy_fit(order, demand, int(free[t]))

@@ -56,5 +56,5 @@ class MaxMin(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        order = lexorder(j.first_start, j.arrival)
+        order = lexorder(j.first_start, j.arrival, j.uid)
         return water_fill(order, j.min_gpus, j.max_gpus, ctx.capacity)

@@ -22,6 +22,6 @@ class Srtf(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        order = lexorder(ctx.remaining_time(j.requested), j.arrival)
+        order = lexorder(ctx.remaining_time(j.requested), j.arrival, j.uid)
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         return np.where(admitted, j.requested, 0)

@@ -15,9 +15,10 @@ from coddl.policies.registry import register
 class Themis(Policy):
     """Repeatedly give one GPU to the job with the worst finish-time fairness ρ = T_shared / T_ideal.
 
-    T_ideal is the job's whole running time alone on its fair share, 1/N of the cluster
-    (⌊G/N⌋ GPUs capped at its maximum, or a G/N fraction of one GPU's time when jobs outnumber
-    GPUs). T_shared with k GPUs is the time it has already spent in the system (``elapsed``) plus
+    T_ideal is the job's whole running time alone on its fair share, 1/N of the cluster: ⌊G/N⌋ GPUs
+    within the job's [min, max] — a job that cannot run on fewer than min_j GPUs gets its minimum
+    for a G/N ÷ min_j fraction of the time (so with one-GPU minimums and more jobs than GPUs, a
+    G/N fraction of one GPU's time). T_shared with k GPUs is the time it has already spent in the system (``elapsed``) plus
     its remaining time on k GPUs, T(k). At 0 GPUs ρ = ∞, so every job gets its minimum before any
     gets more; first GPUs, and ties, go to the job whose ρ at its minimum is worst, then by
     arrival. Elastic: jobs grow up to their maximum. Uses the true remaining work (oracle).
@@ -38,8 +39,10 @@ class Themis(Policy):
         n = len(j)
         lo, hi = j.min_gpus, j.max_gpus
         fair = ctx.capacity / n
-        k_fair = np.clip(np.floor(fair), 1, hi).astype(np.int64)
-        p_fair = ctx.throughput(k_fair) * min(1.0, fair)
+        # the fair share as a feasible allocation: ⌊G/N⌋ GPUs within [min_j, max_j], or, when that
+        # is below the job's minimum, its minimum for a G/N ÷ min_j fraction of the time
+        k_fair = np.clip(np.floor(fair), lo, np.maximum(hi, lo)).astype(np.int64)
+        p_fair = ctx.throughput(k_fair) * np.minimum(1.0, fair / k_fair)
         ideal = j.total_work / p_fair
         spent = (ctx.now - j.arrival) if self.params.elapsed else np.zeros(n)
         at_min = (spent + ctx.remaining_time(lo)) / ideal

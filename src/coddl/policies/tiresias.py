@@ -19,28 +19,38 @@ _EPS_ABS, _EPS_REL = 1e-6, 1e-9
 class TiresiasL(Policy):
     """Discretised 2D-LAS: K queues split by thresholds on service in GPU-seconds.
 
-    A job starts in the top queue and is demoted once its service reaches its queue's threshold
-    (and stays demoted); the policy asks to be re-run (``wakeup``) at the exact moment a running
-    job will cross it. Jobs are served queue by queue, FIFO inside a queue, rigid and gang-
-    scheduled with greedy backfilling, so a job in a higher queue preempts lower ones. Starvation
-    knob: a demoted job that has waited ≥ knob × the time it ran (since it was last promoted) goes
-    back to the top queue.
+    A job starts in the top queue and is demoted once its service reaches its queue's threshold;
+    the policy asks to be re-run (``wakeup``) at the exact moment a running job will cross it.
+    Jobs are served queue by queue, FIFO inside a queue, rigid and gang-scheduled with greedy
+    backfilling, so a job in a higher queue preempts lower ones.
+
+    ``keep_demotion``: a demoted job stays demoted (the paper), or — False, as the CoDDL authors'
+    simulator ran it — returns to the top queue whenever it is given GPUs again, so with
+    ``service="since-start"`` a job is demoted only while it has run ``threshold`` GPU-seconds
+    without a break, and a job preempted while demoted waits in the low queue.
+
+    Starvation knob: a demoted job that has waited ≥ knob × the time it ran since it was last
+    promoted goes back to the top queue. ``starvation_wait="accumulated"`` counts every wait since
+    that promotion (the Tiresias simulator's ``last_pending_time``; waits before the job first ran
+    after the promotion do not count); ``"current"`` only the wait in progress.
 
     ``service="attained"`` counts all GPU-seconds received (since the last promotion), as in the
     paper; ``"since-start"`` counts those received since the job was last (re)scheduled, as the
     CoDDL authors' simulator did. ``queue_order="arrival"`` is FIFO by arrival; ``"first-start"``
-    orders by first start time, then arrival (the CoDDL simulator).
+    orders by first start time, then arrival (the CoDDL simulator). Remaining ties keep
+    submission order.
     """
 
     name = "tiresias-l"
     elastic = False
     summary = "Tiresias-L (2D-LAS): multi-level queues on attained GPU-seconds, rigid, preemptive"
     presets = {
-        "paper": {"thresholds": (3600.0,), "knob": 8.0, "service": "attained", "queue_order": "arrival"},
+        "paper": {"thresholds": (3600.0,), "knob": 8.0, "service": "attained", "queue_order": "arrival",
+                  "starvation_wait": "accumulated", "keep_demotion": True},
         "tiresias-sim": {"thresholds": (3250.0, 7200.0), "knob": None, "service": "attained",
-                         "queue_order": "arrival"},
+                         "queue_order": "arrival", "keep_demotion": True},
         "coddl": {"thresholds": (50 * 3600.0,), "knob": None, "service": "since-start",
-                  "queue_order": "first-start"},
+                  "queue_order": "first-start", "keep_demotion": False},
     }
 
     @dataclass
@@ -49,43 +59,61 @@ class TiresiasL(Policy):
         knob: float | None = 8.0  # starvation knob (None: off)
         service: str = "attained"  # "attained" | "since-start"
         queue_order: str = "arrival"  # "arrival" | "first-start"
+        starvation_wait: str = "accumulated"  # "accumulated" (Tiresias simulator) | "current"
+        keep_demotion: bool = True  # False: demotion cleared whenever the job is given GPUs again
         backfill: bool = True
 
     def __init__(self, params: "TiresiasL.Params | None" = None) -> None:
         super().__init__(params)
         p = self.params
-        if p.service not in ("attained", "since-start"):
-            raise PolicySpecError(f"tiresias-l: service must be 'attained' or 'since-start', got {p.service!r}")
-        if p.queue_order not in ("arrival", "first-start"):
-            raise PolicySpecError(f"tiresias-l: queue_order must be 'arrival' or 'first-start', got {p.queue_order!r}")
+        for name, valid in (("service", ("attained", "since-start")), ("queue_order", ("arrival", "first-start")),
+                            ("starvation_wait", ("accumulated", "current"))):
+            if getattr(p, name) not in valid:
+                raise PolicySpecError(f"tiresias-l: {name} must be {' or '.join(map(repr, valid))}, "
+                                      f"got {getattr(p, name)!r}")
         self._thr = np.asarray(sorted(p.thresholds), dtype=float)
-        # queue reached (0 = top), attained service at the last promotion, when it last stopped running
-        self._book = JobBook(queue=0.0, base=0.0, waiting_since=0.0)
+        # queue reached (0 = top), attained service at the last promotion, when it last stopped
+        # running, and the waits since the last promotion that have ended (accumulated mode)
+        self._book = JobBook(queue=0.0, base=0.0, waiting_since=0.0, waited=0.0)
         self._wake: float | None = None
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
         now = ctx.now
+        p = self.params
         book = self._book.lookup(j.uid, waiting_since=j.arrival)
-        queue, base, since = book["queue"].astype(np.int64), book["base"], book["waiting_since"]
+        queue, base, since, waited = book["queue"].astype(np.int64), book["base"], book["waiting_since"], book["waited"]
         running = j.share > 0
-        if self.params.knob is not None:  # promotion of starved jobs back to the top queue
-            ran = (j.attained - base) / j.requested
-            starved = ~running & (queue > 0) & (ran > 0) & (now - since >= self.params.knob * ran)
+        if p.knob is not None:  # promotion of starved jobs back to the top queue
+            ran = (j.attained - base) / j.requested  # time run since the last promotion
+            starved = ~running & (queue > 0) & (ran > 0) & (self._waited(now, since, waited, ran) >= p.knob * ran)
             queue[starved] = 0
             base[starved] = j.attained[starved]
+            waited[starved] = 0.0
         metric = self._metric(ctx, base)
         crossed = np.searchsorted(self._thr, metric + np.maximum(_EPS_ABS, _EPS_REL * metric), side="right")
         queue = np.maximum(queue, crossed)
-        within = j.first_start if self.params.queue_order == "first-start" else j.arrival
+        within = j.first_start if p.queue_order == "first-start" else j.arrival
         order = lexorder(queue, within, j.arrival, j.uid)
-        admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
-        self._book.store(j.uid, queue=queue, base=base, waiting_since=np.where(running & ~admitted, now, since))
-        self._wake = self._next_event(ctx, queue, base, since, running, admitted, metric)
+        admitted = greedy_fit(order, j.requested, ctx.capacity, p.backfill)
+        if p.knob is not None and p.starvation_wait == "accumulated":
+            resumed = admitted & ~running & ((j.attained - base) > 0)
+            waited = np.where(resumed, waited + (now - since), waited)  # the wait that just ended
+        since = np.where(running & ~admitted, now, since)
+        stored = queue if p.keep_demotion else np.where(admitted, 0, queue)
+        self._book.store(j.uid, queue=stored, base=base, waiting_since=since, waited=waited)
+        self._wake = self._next_event(ctx, queue, base, since, waited, running, admitted, metric)
         return np.where(admitted, j.requested, 0)
 
     def wakeup(self, ctx: Context) -> float | None:
         return self._wake if self._wake is not None and self._wake > ctx.now else None
+
+    def _waited(self, now: float, since: np.ndarray, waited: np.ndarray, ran: np.ndarray) -> np.ndarray:
+        """How long each (waiting) job counts as having waited for the starvation knob."""
+        current = now - since
+        if self.params.starvation_wait == "current":
+            return current
+        return waited + np.where(ran > 0, current, 0.0)
 
     def _metric(self, ctx: Context, base: np.ndarray) -> np.ndarray:
         if self.params.service == "since-start":
@@ -93,22 +121,26 @@ class TiresiasL(Policy):
         return ctx.jobs.attained - base
 
     def _next_event(self, ctx: Context, queue: np.ndarray, base: np.ndarray, since: np.ndarray,
-                    running: np.ndarray, admitted: np.ndarray, metric: np.ndarray) -> float | None:
+                    waited: np.ndarray, running: np.ndarray, admitted: np.ndarray,
+                    metric: np.ndarray) -> float | None:
         """The next demotion of a job we run, or promotion of one we leave waiting."""
         j = ctx.jobs
+        p = self.params
         times = []
-        demotable = admitted & (queue < self._thr.size)
+        # a job (re)started now counts its service since start from 0 from this moment, and one
+        # whose demotion is cleared starts again from the top queue
+        restart = ~running & (p.service == "since-start")
+        level = queue if p.keep_demotion else np.where(running, queue, 0)
+        demotable = admitted & (level < self._thr.size)
         if demotable.any():
-            # a job (re)started now counts its service since start from 0 from this moment
-            m = np.where(~running & (self.params.service == "since-start"), 0.0, metric)[demotable]
-            times.append(ctx.now + (self._thr[queue[demotable]] - m) / j.requested[demotable])
-        if self.params.knob is not None:
+            m = np.where(restart, 0.0, metric)[demotable]
+            times.append(ctx.now + (self._thr[level[demotable]] - m) / j.requested[demotable])
+        if p.knob is not None:
             ran = (j.attained - base) / j.requested
             wait = ~admitted & (queue > 0) & (ran > 0)
             if wait.any():
-                was_running = running & ~admitted
-                start = np.where(was_running, ctx.now, since)
-                times.append((start + self.params.knob * ran)[wait])
+                counted = 0.0 if p.starvation_wait == "current" else waited
+                times.append((since + p.knob * ran - counted)[wait])
         if not times:
             return None
         t = np.concatenate(times)

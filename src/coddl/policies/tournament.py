@@ -18,6 +18,15 @@ this one tournament with a different visiting order:
   both role assignments, which is again loss_m ≥ gain_c (§3); when neither dominates, the coin falls
   to the one with the higher priority, which is the incumbent.
 
+Two more rules reproduce the CoDDL authors' simulator, which visits candidates in arrival order:
+
+* ``rule="shorter"`` is §2 read literally for any visiting order: l and h are the shorter and the
+  longer of (c, m) by T_j(s_j) (on a tie the incumbent is l), and l gets the GPU iff gain_l > loss_h.
+  In shortest-first order it decides exactly as the dominance rule.
+* ``rule="coin"`` flips a fresh fair coin in every contest neither job dominates (§3 with
+  ``random.choice`` per comparison); every round is then scanned from the start, since a resumed
+  scan would reuse the previous round's flips.
+
 Why it is compiled rather than clever: the pairwise relation is not transitive, so no sort key
 gives the winner, and a round must look at every candidate. On the whole Philly digest a decision
 hands out a few hundred GPUs to ~200 jobs, so the rounds are tens of thousands of comparisons per
@@ -35,19 +44,26 @@ import numpy as np
 
 from coddl.policies.base import Context
 
+RULES = {"dominance": 0, "shorter": 1, "coin": 2}
+
 
 def tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int,
-               tie: np.ndarray, *, work: np.ndarray | None = None,
-               fixed: np.ndarray | None = None) -> np.ndarray:
+               tie: np.ndarray, *, work: np.ndarray | None = None, fixed: np.ndarray | None = None,
+               rule: str = "dominance", seed: int = 0) -> np.ndarray:
     """GPUs per row after handing ``budget`` GPUs out one round at a time from ``start``.
 
     ``lo``/``hi`` are the per-row minimum and maximum and ``tie`` a per-row rank that breaks equal
     visiting keys (unique per row, so the order is total). The visiting key of a row's token is
-    T_j(s) = ``work``_j / P_j(s) (∞ at 0 GPUs) when ``work`` is given (AFS-L), otherwise the
-    constant ``fixed``_j (AFS-P's coin-flip priority).
+    T_j(s) = ``work``_j / P_j(s) (∞ at 0 GPUs) unless ``fixed`` gives a constant key per row
+    (AFS-P's coin-flip priority, or an arrival rank). ``rule`` decides a contest (module
+    docstring); "shorter" needs ``work``, "coin" draws from a generator seeded with ``seed``.
     """
-    if (work is None) == (fixed is None):
-        raise ValueError("give exactly one of work= (key T_j(s)) or fixed= (a constant key per row)")
+    if work is None and fixed is None:
+        raise ValueError("give work= (key T_j(s)) or fixed= (a constant key per row)")
+    if rule not in RULES:
+        raise ValueError(f"unknown tournament rule {rule!r}; valid: {', '.join(RULES)}")
+    if rule == "shorter" and work is None:
+        raise ValueError("rule='shorter' compares remaining times: give work=")
     s = start.astype(np.int64).copy()
     lo, hi = lo.astype(np.int64), hi.astype(np.int64)
     step = np.where(s == 0, lo, 1)
@@ -56,43 +72,61 @@ def tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
         s[cand] = hi[cand]
         return s
     j = ctx.jobs
-    by_time = work is not None
-    keys = np.asarray(work if by_time else fixed, dtype=np.float64)
+    by_time = fixed is None
+    keys = np.zeros(s.size) if fixed is None else np.asarray(fixed, dtype=np.float64)
+    w = np.zeros(s.size) if work is None else np.asarray(work, dtype=np.float64)
     _rounds(s, lo, hi, int(budget), np.asarray(tie, dtype=np.int64), np.ascontiguousarray(ctx.curves, dtype=np.float64),
-            j.model.astype(np.int64), j.speed.astype(np.float64), keys, by_time)
+            j.model.astype(np.int64), j.speed.astype(np.float64), keys, w, by_time, RULES[rule], int(seed))
     return s
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _token(j: int, level: int, lo: np.ndarray, curves: np.ndarray, model: np.ndarray, speed: np.ndarray,
-           keys: np.ndarray, by_time: bool) -> tuple[float, float, float]:
-    """Key, gain and loss of row j's token at ``level``, float for float as numpy computes them
-    (``Context.throughput``: the curve clipped at its last column, times the job's speed)."""
+           keys: np.ndarray, work: np.ndarray, by_time: bool) -> tuple[float, float, float, float]:
+    """Key, gain, loss and remaining time T_j(level) of row j's token at ``level``, float for
+    float as numpy computes them (``Context.throughput``: the curve clipped at its last column,
+    times the job's speed)."""
     last = curves.shape[1] - 1
     nxt = lo[j] if level == 0 else level + 1
     p0 = curves[model[j], min(level, last)] * speed[j]
     p1 = curves[model[j], min(nxt, last)] * speed[j]
-    if by_time:
-        key = keys[j] / p0 if p0 > 0 else np.inf
-    else:
-        key = keys[j]
-    return key, (p1 - p0) / p0, (p1 - p0) / p1
+    t = work[j] / p0 if p0 > 0 else np.inf
+    key = t if by_time else keys[j]
+    return key, (p1 - p0) / p0, (p1 - p0) / p1, t
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _takes(rule: int, i: int, w: int, gain: np.ndarray, loss: np.ndarray, tval: np.ndarray) -> bool:
+    """Does the candidate at position i take the GPU from the incumbent at position w?"""
+    if rule == 1:  # §2 literally: the shorter one is l
+        if tval[i] < tval[w]:
+            return gain[i] > loss[w]
+        return loss[i] >= gain[w]
+    if loss[i] >= gain[w]:  # i dominates w
+        return True
+    if rule == 2 and loss[w] < gain[i]:  # neither dominates: a fresh fair coin
+        return np.random.random() < 0.5
+    return False
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.ndarray, curves: np.ndarray,
-            model: np.ndarray, speed: np.ndarray, keys: np.ndarray, by_time: bool) -> int:
+            model: np.ndarray, speed: np.ndarray, keys: np.ndarray, work: np.ndarray, by_time: bool,
+            rule: int, seed: int) -> int:
     """The rounds, in place on ``s``; returns the GPUs left.
 
-    Position i of the visiting order holds row ``row[i]``'s token: key, tie, gain and loss, the
-    loss set to −∞ once the row's next step no longer fits (it is then never a candidate again:
-    the budget only falls). Rows at their maximum leave the order.
+    Position i of the visiting order holds row ``row[i]``'s token: key, tie, gain, loss and T,
+    the loss set to −∞ once the row's next step no longer fits (it is then never a candidate
+    again: the budget only falls). Rows at their maximum leave the order.
 
     A round's scan is resumed, not restarted: only the winner's token changes between rounds, so
     the scan up to the first position that changed is the same as last round's, and so is the part
     of the chain (the successive incumbents) found there. The winner's token moves a few places
-    at most, so a round looks at the positions after it, not at all of them.
+    at most, so a round looks at the positions after it, not at all of them. (Not with the coin
+    rule: there every round flips fresh coins from the first position.)
     """
+    if rule == 2:
+        np.random.seed(seed)
     n = s.size
     order = np.empty(n, dtype=np.int64)
     m = 0
@@ -102,15 +136,15 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
             m += 1
     key = np.empty(m)
     for i in range(m):
-        key[i] = _token(order[i], s[order[i]], lo, curves, model, speed, keys, by_time)[0]
+        key[i] = _token(order[i], s[order[i]], lo, curves, model, speed, keys, work, by_time)[0]
     order[:m] = order[:m][np.argsort(key, kind="mergesort")]  # stable: (key, tie) ascending
     row = order[:m].copy()
-    pkey, ptie, gain, loss = np.empty(m), np.empty(m, dtype=np.int64), np.empty(m), np.empty(m)
+    pkey, ptie, gain, loss, tval = np.empty(m), np.empty(m, dtype=np.int64), np.empty(m), np.empty(m), np.empty(m)
     fits = np.empty(m, dtype=np.bool_)
     zstep = 0  # the largest step of a row at 0 GPUs that still fits
     for i in range(m):
         j = row[i]
-        pkey[i], gain[i], loss[i] = _token(j, s[j], lo, curves, model, speed, keys, by_time)
+        pkey[i], gain[i], loss[i], tval[i] = _token(j, s[j], lo, curves, model, speed, keys, work, by_time)
         ptie[i] = tie[j]
         fits[i] = True
         if s[j] == 0:
@@ -130,20 +164,14 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
                         x = min(x, i)
                     else:
                         zstep = max(zstep, lo[j])
+        if rule == 2:
+            x = 0
         while c > 0 and chain[c - 1] >= x:
             c -= 1
         w = chain[c - 1] if c > 0 else -1
-        gw = gain[w] if w >= 0 else 0.0
         for i in range(x, m):
-            if w < 0:
-                if fits[i]:
-                    w = i
-                    gw = gain[i]
-                    chain[c] = i
-                    c += 1
-            elif loss[i] >= gw:
+            if fits[i] and (w < 0 or _takes(rule, i, w, gain, loss, tval)):
                 w = i
-                gw = gain[i]
                 chain[c] = i
                 c += 1
         if w < 0:
@@ -155,21 +183,21 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
         if s[j] >= hi[j]:  # leaves the order
             for i in range(w, m - 1):
                 row[i], pkey[i], ptie[i] = row[i + 1], pkey[i + 1], ptie[i + 1]
-                gain[i], loss[i], fits[i] = gain[i + 1], loss[i + 1], fits[i + 1]
+                gain[i], loss[i], fits[i], tval[i] = gain[i + 1], loss[i + 1], fits[i + 1], tval[i + 1]
             m -= 1
             x = w
             continue
-        k, g, l = _token(j, s[j], lo, curves, model, speed, keys, by_time)
-        t = tie[j]
+        k, g, l, t = _token(j, s[j], lo, curves, model, speed, keys, work, by_time)
+        tj = tie[j]
         i = w  # slide the new token to its place
-        while i > 0 and (k < pkey[i - 1] or (k == pkey[i - 1] and t < ptie[i - 1])):
-            row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i] = (
-                row[i - 1], pkey[i - 1], ptie[i - 1], gain[i - 1], loss[i - 1], fits[i - 1])
+        while i > 0 and (k < pkey[i - 1] or (k == pkey[i - 1] and tj < ptie[i - 1])):
+            row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i], tval[i] = (
+                row[i - 1], pkey[i - 1], ptie[i - 1], gain[i - 1], loss[i - 1], fits[i - 1], tval[i - 1])
             i -= 1
-        while i < m - 1 and (k > pkey[i + 1] or (k == pkey[i + 1] and t > ptie[i + 1])):
-            row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i] = (
-                row[i + 1], pkey[i + 1], ptie[i + 1], gain[i + 1], loss[i + 1], fits[i + 1])
+        while i < m - 1 and (k > pkey[i + 1] or (k == pkey[i + 1] and tj > ptie[i + 1])):
+            row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i], tval[i] = (
+                row[i + 1], pkey[i + 1], ptie[i + 1], gain[i + 1], loss[i + 1], fits[i + 1], tval[i + 1])
             i += 1
-        row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i] = j, k, t, g, l, True
+        row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i], tval[i] = j, k, tj, g, l, True, t
         x = min(w, i)
     return budget

@@ -1,46 +1,67 @@
-"""Every setting of a simulation run, serialisable to config.json so a run can be reproduced."""
+"""Every setting of a simulation run, serialisable to config.json so a run can be reproduced.
+
+One validation path: the command-line flags and a config file both become a ``SimConfig`` through
+pydantic, so a wrong type (``"jobs": "ten"``), an unknown setting or an unknown model name is one
+``ConfigError`` line naming the file and the setting, never a traceback.
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+import typing
 from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class ConfigError(ValueError):
     """A config file or flag the user gave is not valid (one line; the CLI exits 2)."""
 
 
-# How the simulator charges a job's throughput: by GPU count and type from the measured curves, or
-# also by placement (nodes spanned, types mixed) with the analytic estimator (sim/estimator_rate.py).
-RATE_MODELS = ("curves", "estimator")
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
 
-
-@dataclass
-class SimConfig:
     trace: str = "philly"
     vc: str | None = None
-    jobs: int | None = None  # keep the first N jobs of the trace
-    gpus: int = 64
-    gpus_per_node: int = 8
+    jobs: int | None = Field(default=None, ge=1)  # keep the first N jobs of the trace
+    gpus: int = Field(default=64, ge=1)
+    gpus_per_node: int = Field(default=8, ge=1)
     cluster: str | None = None  # a cluster-spec file; overrides gpus/gpus_per_node
-    policies: list[str] = field(default_factory=lambda: ["fifo", "srtf", "max-min"])
+    policies: list[str] = Field(default_factory=lambda: ["fifo", "srtf", "max-min"], min_length=1)
     seed: int = 1
-    reconfig: str = "zero"
+    reconfig: Literal["zero", "in-place", "restart"] = "zero"  # sim/reconfig.py
     curves: str | None = None  # a curve CSV (model,num_gpus,time_per_iter_s); default: CoDDL curves
-    rate: str | None = None  # a RATE_MODELS entry; None: "estimator" with a cluster spec, else "curves"
+    # how a job's throughput is charged: by GPU count and type from the measured curves, or also by
+    # placement with the analytic estimator (sim/estimator_rate.py); None: "estimator" with a
+    # cluster spec, else "curves"
+    rate: Literal["curves", "estimator"] | None = None
     allow_mixing: bool = False  # one job may span GPU types (it balances its per-GPU batch to speed)
+    oversized: Literal["skip", "cap", "fail"] = "skip"  # jobs larger than the cluster (sim/fit.py)
+    model_draw: Literal["seeded", "coddl-authors"] = "seeded"  # for trace jobs naming no model (sim/workload.py)
     version: str = ""
+
+    @field_validator("policies")
+    @classmethod
+    def _known_policies(cls, specs: list[str]) -> list[str]:
+        from coddl.policies.registry import make_policy
+
+        for spec in specs:
+            make_policy(spec)  # a PolicySpecError names the policy and the valid ones
+        return specs
 
     @property
     def rate_model(self) -> str:
-        rate = self.rate or ("estimator" if self.cluster else "curves")
-        if rate not in RATE_MODELS:
-            raise ConfigError(f"rate: unknown rate model {rate!r}; valid: {', '.join(RATE_MODELS)}")
-        return rate
+        return self.rate or ("estimator" if self.cluster else "curves")
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        return json.dumps(self.model_dump(), indent=2, sort_keys=True)
+
+    @staticmethod
+    def build(source: str = "", **settings: Any) -> "SimConfig":
+        """A config from keyword settings (the CLI's flags), validated like a file; ``source``
+        prefixes the error message (a file name; none for flags)."""
+        return _validated(settings, source)
 
     @staticmethod
     def load(path: str | Path) -> "SimConfig":
@@ -51,18 +72,38 @@ class SimConfig:
             raise ConfigError(f"{p}: no such file") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{p.name}:{e.lineno}: not valid JSON: {e.msg}") from None
+        except (IsADirectoryError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{p}: cannot read a config file ({type(e).__name__})") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{p.name}: expected a JSON object of settings")
-        known = {f.name: f for f in fields(SimConfig)}
-        unknown = sorted(set(raw) - set(known))
-        if unknown:
-            raise ConfigError(f"{p.name}: {unknown[0]}: unknown setting; valid: {', '.join(known)}")
-        cfg = SimConfig(**raw)
-        if not isinstance(cfg.policies, list) or not all(isinstance(x, str) for x in cfg.policies):
-            raise ConfigError(f"{p.name}: policies: expected a list of policy specs")
-        for name in ("gpus", "gpus_per_node", "seed"):
-            if not isinstance(getattr(cfg, name), int):
-                raise ConfigError(f"{p.name}: {name}: expected an integer, got {getattr(cfg, name)!r}")
-        if not isinstance(cfg.allow_mixing, bool):
-            raise ConfigError(f"{p.name}: allow_mixing: expected true or false, got {cfg.allow_mixing!r}")
-        return cfg
+        return _validated(raw, p.name)
+
+
+def _validated(raw: dict[str, Any], source: str) -> SimConfig:
+    try:
+        return SimConfig.model_validate(raw)
+    except ValidationError as e:
+        raise _first_error(source, e) from None
+
+
+def _choices(field: str) -> list[str]:
+    """The values a Literal setting takes, in declaration order."""
+    annotation = SimConfig.model_fields[field].annotation
+    literals = [annotation] if typing.get_origin(annotation) is Literal else typing.get_args(annotation)
+    return [str(v) for lit in literals if typing.get_origin(lit) is Literal for v in typing.get_args(lit)]
+
+
+def _first_error(source: str, err: ValidationError) -> ConfigError:
+    e = err.errors()[0]
+    field = ".".join(str(x) for x in e["loc"]) or "(top level)"
+    where = f"{source}: {field}" if source else field
+    got = e.get("input")
+    if e["type"] == "extra_forbidden":
+        return ConfigError(f"{where}: unknown setting; valid: {', '.join(SimConfig.model_fields)}")
+    if e["type"] == "value_error":  # a validator's own message (e.g. an unknown policy)
+        return ConfigError(f"{where}: {e['ctx']['error']}")
+    if e["type"] == "literal_error":
+        return ConfigError(f"{where}: unknown value {got!r}; valid: {', '.join(_choices(e['loc'][0]))}")
+    shown = repr(got) if isinstance(got, str) else got
+    msg = e["msg"][0].lower() + e["msg"][1:]
+    return ConfigError(f"{where}: {msg}, got {shown}")

@@ -55,6 +55,3 @@ class ReconfigCost:
             io = 0.0 if action.kind is ActionKind.START else 2 * state / (self.checkpoint_gbps * 1e9)
             return cold + io + step_time_s
         raise ValueError(f"unknown reconfiguration model {self.name!r}; valid: zero, in-place, restart")
-
-
-RECONFIG_MODELS = ("zero", "in-place", "restart")

@@ -42,6 +42,16 @@ def write_jobs(path: Path, res: SimResult) -> None:
                         f"{r.attained_service:.3f}", r.resizes, r.status])
 
 
+def write_skipped(out: Path, skipped: list) -> Path:
+    """``skipped.csv``: the trace jobs that were not simulated (``sim.workload.Skipped``), and why."""
+    path = out / "skipped.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(("job_id", "gpus", "reason"))
+        w.writerows((s.job_id, s.gpus, s.reason) for s in skipped)
+    return path
+
+
 def _colours(ax: plt.Axes, lines: int) -> None:
     """Past ten lines the default colours repeat, and two policies would look like one."""
     if lines > 10:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -13,11 +13,12 @@ from coddl.perf.curves import CurveTable, load_coddl_curves
 from coddl.perf.heterogeneity import type_speed_matrix
 from coddl.policies.registry import make_policy
 from coddl.scheduler import Scheduler
-from coddl.sim.config import ConfigError, SimConfig
+from coddl.sim.config import SimConfig
 from coddl.sim.engine import SimResult, simulate
 from coddl.sim.estimator_rate import EstimatorRate
-from coddl.sim.reconfig import RECONFIG_MODELS, ReconfigCost
-from coddl.sim.workload import build_workload, curves_for
+from coddl.sim.fit import fit_to_cluster
+from coddl.sim.reconfig import ReconfigCost
+from coddl.sim.workload import Skipped, build_workload, build_workload_coddl_authors, curves_for
 from coddl.traces import Trace, load_trace
 
 
@@ -29,6 +30,8 @@ class Prepared:
     type_speed: np.ndarray  # [t, m]: model m on the cluster's type t vs. its curve (perf/heterogeneity.py)
     # placement-dependent rates: charged with --rate estimator, and the placer's scorer on mixed clusters
     estimator: EstimatorRate | None = None
+    # trace jobs left out (the model draw's rules, jobs larger than the cluster), with the reason
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 def build_cluster(cfg: SimConfig) -> Cluster:
@@ -36,26 +39,29 @@ def build_cluster(cfg: SimConfig) -> Cluster:
         from coddl.core.clusterspec import load_cluster
 
         return load_cluster(cfg.cluster)
-    if cfg.gpus < 1 or cfg.gpus_per_node < 1:
-        raise ConfigError(f"gpus: expected a positive number of GPUs, got {cfg.gpus}")
     return Cluster.for_gpus(cfg.gpus, cfg.gpus_per_node)
 
 
 def prepare(cfg: SimConfig, trace: Trace | None = None, curves: CurveTable | None = None) -> Prepared:
-    """The cluster and workload of ``cfg``; ``trace`` (and ``curves``) given instead of loaded by name
-    when the jobs come from elsewhere (a cluster's own history)."""
-    if cfg.reconfig not in RECONFIG_MODELS:
-        raise ConfigError(f"reconfig: unknown model {cfg.reconfig!r}; valid: {', '.join(RECONFIG_MODELS)}")
+    """The cluster and the workload every policy of ``cfg`` replays; ``trace`` (and ``curves``)
+    given instead of loaded by name when the jobs come from elsewhere (a cluster's own history).
+    Jobs larger than the cluster are found here, before any simulation, and handled by
+    ``cfg.oversized``."""
     rate = cfg.rate_model
+    cluster = build_cluster(cfg)
     trace = trace if trace is not None else load_trace(cfg.trace, vc=cfg.vc, limit=cfg.jobs)
     curves = curves_for(trace, curves if curves is not None else load_coddl_curves(cfg.curves))
-    specs = build_workload(trace, curves, seed=cfg.seed)
-    cluster = build_cluster(cfg)
+    skipped: list[Skipped] = []
+    if cfg.model_draw == "coddl-authors":
+        specs, skipped = build_workload_coddl_authors(trace, curves)
+    else:
+        specs = build_workload(trace, curves, seed=cfg.seed)
+    specs, too_big = fit_to_cluster(specs, cluster, cfg.oversized)
     type_speed = type_speed_matrix(cluster.type_names, cluster.gpu_types, curves.names)
     estimator = None
     if rate == "estimator" or len(cluster.type_names) > 1:
         estimator = EstimatorRate(cluster, curves.extended(cluster.total_gpus), type_speed, cfg.allow_mixing)
-    return Prepared(cluster, curves, specs, type_speed, estimator)
+    return Prepared(cluster, curves, specs, type_speed, estimator, skipped + too_big)
 
 
 def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = False,

@@ -5,11 +5,25 @@ request; its work is ``duration × P_m(r_j)`` iterations, so that on its request
 exactly its recorded duration. Jobs that already carry a model and an iteration count (native
 traces written by ``coddl trace export``) are replayed exactly as written; model names of other
 schedulers' traces are resolved by ``coddl.perf.foreign``.
+
+Two ways to draw the models (``SimConfig.model_draw``):
+
+* ``"seeded"`` (:func:`build_workload`): a numpy ``Generator`` seeded with the run's seed, one
+  draw per job; a job larger than every pool model gets the most scalable one, and a duration
+  under one second counts as one second, so every trace job becomes a job.
+* ``"coddl-authors"`` (:func:`build_workload_coddl_authors`): the CoDDL authors' simulator, rule
+  by rule — the legacy global generator seeded with 0 for each trace (``np.random.seed(0)``), jobs
+  visited in submit order (same-second ties in trace order), a job for which no pool model
+  scales to its request is skipped *before* the draw (it consumes no random number), the model
+  is ``pool[randint(0, len(pool))]`` over the eligible pool in pool order, and a job whose work
+  comes to less than one iteration is skipped *after* its draw.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from dataclasses import dataclass
 
 from coddl.core.job import JobSpec
 from coddl.perf.curves import CODDL_POOL, CurveTable
@@ -26,7 +40,7 @@ def curves_for(trace: Trace, curves: CurveTable) -> CurveTable:
     return with_trace_models(curves, pollux)
 
 
-def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, rng: np.random.Generator,
+def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, rng: np.random.Generator | None,
                     pool_idx: np.ndarray, pool_max: np.ndarray) -> tuple[str, float]:
     if tj.model is not None and tj.model in curves.index and tj.iterations is not None:
         return tj.model, float(tj.iterations)  # written by coddl: replay exactly
@@ -60,21 +74,60 @@ def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, rng: np.rand
     return curves.names[m], max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A trace job that is not simulated, and why (reported to the user, written to skipped.csv)."""
+
+    job_id: str
+    gpus: int
+    reason: str
+
+
+def _pool(curves: CurveTable, pool: tuple[str, ...] | None) -> tuple[np.ndarray, np.ndarray]:
+    names = [n for n in (pool or CODDL_POOL) if n in curves.index] or list(curves.names)
+    pool_idx = np.array([curves.index[n] for n in names])
+    return pool_idx, curves.max_gpus[pool_idx]
+
+
+def _spec(tj: TraceJob, model: str, work: float, curves: CurveTable) -> JobSpec:
+    max_gpus = tj.max_gpus if tj.max_gpus is not None else int(curves.max_gpus[curves.index[model]])
+    max_gpus = max(max_gpus, tj.min_gpus or 1)
+    return JobSpec(job_id=tj.job_id, arrival=float(tj.arrival), requested_gpus=int(tj.num_gpus), total_work=work,
+                   model=model, min_gpus=tj.min_gpus or 1, max_gpus=max_gpus, min_cpus=tj.cpus,
+                   max_cpus=tj.cpus, user=tj.user or "default", duration=tj.duration)
+
+
 def build_workload(trace: Trace, curves: CurveTable, *, seed: int = 0,
                    pool: tuple[str, ...] | None = None) -> list[JobSpec]:
     """Job specs for ``trace``; ``curves`` must contain every model it names (see ``curves_for``)."""
     rng = np.random.default_rng(seed)
-    names = [n for n in (pool or CODDL_POOL) if n in curves.index] or list(curves.names)
-    pool_idx = np.array([curves.index[n] for n in names])
-    pool_max = curves.max_gpus[pool_idx]
+    pool_idx, pool_max = _pool(curves, pool)
+    return [_spec(tj, *_model_and_work(tj, trace, curves, rng, pool_idx, pool_max), curves) for tj in trace.jobs]
+
+
+def build_workload_coddl_authors(trace: Trace, curves: CurveTable, *,
+                                 pool: tuple[str, ...] | None = None) -> tuple[list[JobSpec], list[Skipped]]:
+    """Job specs drawn as the CoDDL authors' simulator drew them (module docstring), and the jobs
+    it leaves out. Jobs that name a model are built as :func:`build_workload` builds them."""
+    legacy = np.random.RandomState(0)  # the stream np.random.seed(0) starts; randint is its randint
+    pool_idx, pool_max = _pool(curves, pool)
     specs: list[JobSpec] = []
+    skipped: list[Skipped] = []
     for tj in trace.jobs:
-        model, work = _model_and_work(tj, trace, curves, rng, pool_idx, pool_max)
-        max_gpus = tj.max_gpus if tj.max_gpus is not None else int(curves.max_gpus[curves.index[model]])
-        max_gpus = max(max_gpus, tj.min_gpus or 1)
-        specs.append(JobSpec(
-            job_id=tj.job_id, arrival=float(tj.arrival), requested_gpus=int(tj.num_gpus), total_work=work,
-            model=model, min_gpus=tj.min_gpus or 1, max_gpus=max_gpus, min_cpus=tj.cpus,
-            max_cpus=tj.cpus, user=tj.user or "default", duration=tj.duration,
-        ))
-    return specs
+        if tj.model is not None:
+            specs.append(_spec(tj, *_model_and_work(tj, trace, curves, None, pool_idx, pool_max), curves))
+            continue
+        eligible = pool_idx[pool_max >= tj.num_gpus]
+        if eligible.size == 0:
+            skipped.append(Skipped(tj.job_id, tj.num_gpus, f"no pool model scales to {tj.num_gpus} GPUs"))
+            continue
+        m = int(eligible[legacy.randint(0, eligible.size)])
+        work = tj.duration * curves.throughput(m, tj.num_gpus) if tj.duration is not None else tj.iterations
+        if work is None:
+            raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
+                             "iteration count")
+        if work < 1:
+            skipped.append(Skipped(tj.job_id, tj.num_gpus, "under one iteration"))
+            continue
+        specs.append(_spec(tj, curves.names[m], work, curves))
+    return specs, skipped
