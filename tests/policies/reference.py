@@ -130,45 +130,55 @@ def optimus(ctx: Context) -> list[int]:
 class TiresiasL:
     """§4 Tiresias-L: K queues split by thresholds on service; FIFO inside a queue; a job is demoted
     when its service crosses its queue's threshold; with the knob, a demoted job that has waited
-    (since it last stopped running) ≥ knob × the time it ran (GPU-seconds ÷ its GPUs, since its
-    last promotion) goes back to the top queue. ``service="attained"``: all service since the last
-    promotion; ``"since-start"``: service since the job was last (re)scheduled, and — the CoDDL
+    ≥ knob × the time it ran (GPU-seconds ÷ its GPUs, since its last promotion) goes back to the top
+    queue — the wait counted since it last stopped running (``waits="current"``) or, as the Tiresias
+    simulator's ``last_pending_time``, every wait since the last promotion once it has run since
+    then (``"accumulated"``). ``service="attained"``: all service since the last promotion;
+    ``"since-start"``: service since the job was last (re)scheduled; ``clear=True`` — the CoDDL
     simulator's rule — the demotion is cleared whenever the job is given GPUs again."""
 
     def __init__(self, thresholds: tuple[float, ...], knob: float | None, service: str = "attained",
-                 queue_order: str = "arrival") -> None:
+                 queue_order: str = "arrival", waits: str = "accumulated", clear: bool = False) -> None:
         self.thr = sorted(thresholds)
         self.knob = knob
         self.service = service
         self.queue_order = queue_order
-        self.state: dict[int, tuple[int, float, float]] = {}  # uid → queue, base, waiting since
+        self.waits = waits
+        self.clear = clear
+        self.state: dict[int, tuple[int, float, float, float]] = {}  # uid → queue, base, waiting since, waited
 
     def decide(self, ctx: Context) -> list[int]:
         jb = Jobs(ctx)
         now = ctx.now
-        queue, base, since = [], [], []
+        queue, base, since, waited = [], [], [], []
         for r in range(jb.n):
-            q, b, w = self.state.get(jb.uid[r], (0, 0.0, jb.arrival[r]))
+            q, b, w, acc = self.state.get(jb.uid[r], (0, 0.0, jb.arrival[r], 0.0))
             running = jb.share[r] > 0
             if self.knob is not None and not running and q > 0:
                 ran = (jb.attained[r] - b) / jb.req[r]
-                if ran > 0 and now - w >= self.knob * ran:
-                    q, b = 0, jb.attained[r]
+                wait = now - w if self.waits == "current" else acc + (now - w if ran > 0 else 0.0)
+                if ran > 0 and wait >= self.knob * ran:
+                    q, b, acc = 0, jb.attained[r], 0.0
             served = jb.since_start[r] if self.service == "since-start" else jb.attained[r] - b
             crossed = sum(1 for x in self.thr if served >= x * (1 - 1e-9) - 1e-6)
             q = max(q, crossed)
             queue.append(q)
             base.append(b)
             since.append(w)
+            waited.append(acc)
         within = jb.first_start if self.queue_order == "first-start" else jb.arrival
         order = sorted(range(jb.n), key=lambda r: (queue[r], within[r], jb.arrival[r], jb.uid[r]))
         got = walk(order, jb.req, ctx.capacity)
         for r in range(jb.n):
             q = queue[r]
-            if self.service == "since-start" and got[r] and jb.share[r] == 0:
+            resumed = got[r] and jb.share[r] == 0
+            if self.clear and resumed:
                 q = 0  # given GPUs again: the demotion is cleared
+            acc = waited[r]
+            if resumed and jb.attained[r] - base[r] > 0:
+                acc += now - since[r]  # a wait since the last promotion has ended
             w = now if (jb.share[r] > 0 and not got[r]) else since[r]
-            self.state[jb.uid[r]] = (q, base[r], w)
+            self.state[jb.uid[r]] = (q, base[r], w, acc)
         return rigid(jb, got)
 
 

@@ -131,7 +131,7 @@ def test_afs_p_coin_flips_kept_for_life_or_redrawn(reshuffle: bool) -> None:
     # Two identical linear jobs on 3 GPUs: after one GPU each, neither dominates (loss 1/2 < gain 1),
     # so the third GPU goes by coin flip. Without reshuffle a job keeps its priority: 30 decisions
     # give the same answer; with reshuffle each decision flips afresh and both answers occur.
-    pol = AfsP(AfsP.Params(reshuffle=reshuffle))
+    pol = AfsP(AfsP.Params(coin="per-decision" if reshuffle else "per-job"))
     sched = Scheduler(Cluster.for_gpus(3, 8), pol, LIN, seed=3)
     for jid in ("A", "B"):
         sched.submit(JobSpec(jid, 0.0, 1, 1e6, "lin", max_gpus=3), 0.0)

@@ -109,7 +109,7 @@ def test_afs_p_matches_the_reference_in_light_and_heavy_load(reshuffle: bool) ->
     least-often-scheduled time slices under heavy load, waking at the first slice end."""
 
     def make():
-        pol = AfsP(AfsP.Params(slice_s=50.0, reshuffle=reshuffle))
+        pol = AfsP(AfsP.Params(slice_s=50.0, coin="per-decision" if reshuffle else "per-job"))
         slices = ref.AfsPSlices(50.0)
         state = {"light": False}
 
@@ -138,6 +138,7 @@ TIRESIAS = {
     "attained, arrival order, 2 thresholds, no knob": dict(thresholds=(60.0, 200.0), knob=None),
     "attained, first-start order": dict(thresholds=(100.0,), knob=None, queue_order="first-start"),
     "attained, knob 2": dict(thresholds=(50.0,), knob=2.0),
+    "attained, knob 2, current wait": dict(thresholds=(50.0,), knob=2.0, starvation_wait="current"),
 }
 
 
@@ -146,19 +147,19 @@ def test_tiresias_l_matches_the_reference(case: str) -> None:
     kw = TIRESIAS[case]
 
     def make():
-        r = ref.TiresiasL(kw["thresholds"], kw["knob"], kw.get("service", "attained"), kw.get("queue_order", "arrival"))
+        r = ref.TiresiasL(kw["thresholds"], kw["knob"], kw.get("service", "attained"), kw.get("queue_order", "arrival"),
+                          kw.get("starvation_wait", "accumulated"))
         return TiresiasL(TiresiasL.Params(**kw)), r.decide, None
 
     assert run_lockstep(make, range(30), rigid=True) > 200
 
 
-@pytest.mark.xfail(strict=True, reason="ALGORITHMS.md §4 coddl preset: a demotion is cleared when the job is "
-                                       "given GPUs again (the simulator work brings the policy in line)")
 def test_tiresias_l_coddl_rule_matches_the_reference() -> None:
-    kw = dict(thresholds=(60.0,), knob=None, service="since-start", queue_order="first-start")
+    """ALGORITHMS.md §4 coddl preset: a demotion is cleared when the job is given GPUs again."""
+    kw = dict(thresholds=(60.0,), knob=None, service="since-start", queue_order="first-start", keep_demotion=False)
 
     def make():
-        r = ref.TiresiasL(kw["thresholds"], kw["knob"], kw["service"], kw["queue_order"])
+        r = ref.TiresiasL(kw["thresholds"], kw["knob"], kw["service"], kw["queue_order"], clear=True)
         return TiresiasL(TiresiasL.Params(**kw)), r.decide, None
 
-    run_lockstep(make, range(30), rigid=True)
+    assert run_lockstep(make, range(30), rigid=True) > 200

@@ -76,11 +76,10 @@ def replay(history: History, config: SimConfig, *, workers: int | None = None,
     from coddl.runtime.models import runtime_curves  # coddl's own jobs name the runtime's curves
 
     prep = prepare(config, history.trace(), runtime_curves())
-    cap = prep.cluster.total_gpus
-    for spec in prep.specs:
-        if max(spec.requested_gpus, spec.min_gpus) > cap:
-            raise TraceError(f"{history.name}: job {spec.job_id}: needs {max(spec.requested_gpus, spec.min_gpus)} "
-                             f"GPUs, the replay cluster has {cap} (--gpus or --cluster)")
+    if prep.skipped:  # a replay keeps every job: one the cluster cannot hold is a --gpus mistake
+        s = prep.skipped[0]
+        raise TraceError(f"{history.name}: job {s.job_id}: {s.reason.replace('the cluster', 'the replay cluster')} "
+                         "(--gpus or --cluster)")
     results = {RECORDED: recorded_result(history, prep)}
     results.update(_run_policies(prep, config, workers, on_done))
     summaries = [summarise(r) for r in results.values()]
