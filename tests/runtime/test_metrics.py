@@ -2,7 +2,7 @@
 
 The store is written the way the controller writes it (plans, applied actions, progress, exits), with
 times chosen so that every value scraped is known by hand: a job that waited 30 s, a shrink that took
-0.05 s, a resume that took 3 s. The end-to-end test scrapes a running server while a real job runs."""
+0.05 s, a resume that took 3 s. test_live_operator_views.py scrapes a running server while real jobs run and resize."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from coddl.runtime.metrics import ClusterMetrics, create_metrics_token, metrics_
 from coddl.runtime.server import HttpServer
 from coddl.runtime.store import ProgressUpdate, Store
 
-from runtime_live import REPO, coddl, tiny_job, wait_for
+from runtime_live import REPO
 
 DASHBOARD = REPO / "examples" / "grafana" / "coddl-dashboard.json"
 
@@ -158,37 +158,3 @@ def test_the_grafana_dashboard_queries_only_metrics_the_server_exports(tmp_path)
     queried = {m for p in panels for t in p["targets"] for m in re.findall(r"\bcoddl_\w+", t["expr"])}
     assert len(panels) >= 10 and queried and queried <= exported, sorted(queried - exported)
     store.close()
-
-
-@pytest.mark.slow
-def test_a_running_server_exposes_a_real_job(server_factory, tmp_path):
-    srv = server_factory(gpus=2, policy="max-min")
-    made = coddl("metrics", "token", "--state-dir", str(srv.state_dir))  # what an operator gives Prometheus
-    assert made.returncode == 0, made.stderr
-    prometheus = srv.client(made.stdout.strip())
-    r = prometheus.get("/metrics")
-    assert r.status_code == 200
-    before = samples(r.text)
-    assert value(before, "coddl_gpus") == 2 and value(before, "coddl_gpus_idle") == 2
-    token = srv.token("carol")
-    with srv.client(token) as carol:
-        assert carol.get("/metrics").status_code == 403
-        job = srv.submit(tiny_job("metered", steps=200, max_gpus=2, step_s=0.02), client=carol)
-
-    def running() -> dict | None:
-        m = samples(prometheus.get("/metrics").text)
-        key = ("coddl_job_steps_per_second", (("job", str(job)), ("name", "metered"), ("user", "carol")))
-        return m if key in m and m[key] > 0 else None
-
-    m = wait_for(running, 120, "the job's throughput on /metrics")
-    assert value(m, "coddl_gpus_allocated", user="carol") == 2 and value(m, "coddl_gpus_idle") == 0
-    assert value(m, "coddl_jobs", state="running") == 1
-    assert value(m, "coddl_queue_wait_seconds_count") == 1 and value(m, "coddl_start_seconds_count") == 1
-    assert value(m, "coddl_scheduler_decision_seconds_count") >= 1
-    srv.wait_job(job, lambda j: j["status"] == "finished", 180, "finished")
-    wait_for(lambda: value(samples(prometheus.get("/metrics").text), "coddl_jobs", state="finished") == 1, 30,
-             "the finished job on /metrics")
-    end = samples(prometheus.get("/metrics").text)
-    assert value(end, "coddl_gpus_idle") == 2 and value(end, "coddl_jobs_ended_total", state="finished") == 1
-    assert not any(k[0] == "coddl_job_steps_per_second" for k in end)
-    prometheus.close()

@@ -45,3 +45,19 @@ def stream_logs(job_dir: Path, follow: bool, ended: Callable[[], bool], poll_s: 
         if not follow or (done and not new):
             return
         time.sleep(poll_s)
+
+
+def tail_logs(job_dir: Path, max_bytes: int = 16_384) -> list[str]:
+    """The last ``max_bytes`` of each worker's log, worker by worker, as ``[wN] line`` (a page shows
+    where a job is, without reading a week of output)."""
+    out: list[str] = []
+    for path in _worker_logs(job_dir):
+        with open(path, "rb") as f:
+            start = max(0, f.seek(0, 2) - max_bytes)
+            f.seek(start)
+            data = f.read()
+        lines = data.decode(errors="replace").splitlines()
+        if start > 0:
+            lines = lines[1:]  # the first line was cut
+        out.extend(f"[{path.stem}] {line}" for line in lines)
+    return out

@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from coddl.policies.registry import make_policy
 from coddl.runtime.api import ClusterInfo, create_app
 from coddl.runtime.controller import Controller, ControllerSettings
+from coddl.runtime.dashboard import mount_dashboard
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
@@ -96,6 +97,7 @@ class Runtime:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
         app = create_app(self.store, info, self.jobs_dir, self.controller.wake)
         app.include_router(metrics_router(self.metrics))
+        mount_dashboard(app, self.store, info, self.jobs_dir)
         return app
 
 

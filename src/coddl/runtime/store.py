@@ -43,6 +43,7 @@ from sqlalchemy import (
     event,
     func,
     inspect,
+    or_,
     select,
     update,
 )
@@ -459,14 +460,15 @@ class Store:
         with self._r() as s:
             return s.scalar(select(func.max(EventRow.id))) or 0
 
-    def event_log(self, after: int = 0, *, since: float | None = None, kinds: Sequence[str] | None = None,
+    def event_log(self, after: int = 0, *, alive_since: float | None = None, kinds: Sequence[str] | None = None,
                   owner: str | None = None, limit: int = 10_000) -> list[LoggedEvent]:
-        """Events with an id above ``after`` (and at or after ``since``), oldest first, at most ``limit``."""
+        """Events with an id above ``after``, oldest first, at most ``limit``; with ``alive_since``, only
+        those of jobs that had not ended by then (what a chart of the time since needs)."""
         with self._r() as s:
             q = (select(EventRow, JobRow.owner, JobRow.submitted_at, JobRow.started_at)
                  .join(JobRow, JobRow.id == EventRow.job_id).where(EventRow.id > after))
-            if since is not None:
-                q = q.where(EventRow.at >= since)
+            if alive_since is not None:
+                q = q.where(or_(JobRow.finished_at.is_(None), JobRow.finished_at >= alive_since))
             if kinds is not None:
                 q = q.where(EventRow.kind.in_(list(kinds)))
             if owner is not None:

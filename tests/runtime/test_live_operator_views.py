@@ -1,0 +1,183 @@
+"""What an operator watches, on a real ``coddl server start`` (4 logical GPUs, max-min, real training
+processes) shared by this module's tests: /metrics scraped with the metrics token while real jobs start,
+resize and finish; and the web dashboard in a real headless Chromium (Debian's ``chromium`` and
+``chromium-driver``, driven by selenium): the pages load, a submitted job appears without a reload, a
+resize shows, and a user never sees another user's job. Screenshots of the overview and a job's page are
+written to the test's directory, and to ``$CODDL_SCREENSHOTS`` when it is set (that is how
+docs/dashboard-*.png are made)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from runtime_live import Server, coddl, tiny_job, wait_for
+from test_metrics import samples, value
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail("Debian's chromium and chromium-driver are required in CI", pytrace=False)
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let selenium look for a browser or driver to download
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    opts = Options()
+    opts.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1366,900",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("dashboard") / "state", gpus=4, policy="max-min")
+    yield s
+    s.cleanup()
+
+
+def login(driver, srv: Server, token: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(f"{srv.url}/ui/login")
+    driver.find_element(By.ID, "token").send_keys(token)
+    driver.find_element(By.ID, "login").click()
+    wait_for(lambda: driver.current_url.endswith("/ui/") or found(driver, "#login-error"), 30, "the login's answer")
+
+
+def found(driver, css: str) -> list[dict[str, str]]:
+    """The elements matching ``css`` as {text, and each data-/id attribute}, read in one script call: the
+    page swaps its <main> every second, so an element found by one call may be gone by the next."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0])).map(e => "
+        "Object.assign({text: e.innerText}, Object.fromEntries(Array.from(e.attributes).map(a => [a.name, a.value]))))",
+        css)
+
+
+def shot(driver, tmp_path: Path, name: str, height: int) -> None:
+    driver.set_window_size(1366, height)
+    path = tmp_path / name
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 10_000
+    if os.environ.get("CODDL_SCREENSHOTS"):
+        shutil.copy(path, Path(os.environ["CODDL_SCREENSHOTS"]) / name)
+    driver.set_window_size(1366, 900)
+
+
+def test_metrics_follow_real_jobs_as_they_start_resize_and_finish(srv):
+    made = coddl("metrics", "token", "--state-dir", str(srv.state_dir))  # what an operator gives Prometheus
+    assert made.returncode == 0, made.stderr
+    with srv.client(made.stdout.strip()) as prometheus:
+        def scrape() -> dict:
+            r = prometheus.get("/metrics")
+            assert r.status_code == 200, r.text
+            return samples(r.text)
+
+        def until(ok, what: str) -> dict:
+            def probe() -> dict | None:
+                m = scrape()
+                return m if ok(m) else None
+
+            return wait_for(probe, 120, f"{what} on /metrics")
+
+        m = scrape()
+        assert value(m, "coddl_gpus") == 4 and value(m, "coddl_gpus_idle") == 4
+        with srv.client(srv.token("carol")) as carol:
+            assert carol.get("/metrics").status_code == 403  # a user's own token does not open it
+            first = srv.submit(tiny_job("metered", steps=5000, max_gpus=4, step_s=0.02), client=carol)
+        key = ("coddl_job_steps_per_second", (("job", str(first)), ("name", "metered"), ("user", "carol")))
+        m = until(lambda m: m.get(key, 0) > 0 and value(m, "coddl_gpus_idle") == 0, "the first job's throughput")
+        assert value(m, "coddl_gpus_allocated", user="carol") == 4 and value(m, "coddl_jobs", state="running") == 1
+        assert value(m, "coddl_queue_wait_seconds_count") == 1 and value(m, "coddl_start_seconds_count") == 1
+        assert value(m, "coddl_scheduler_decision_seconds_count") >= 1
+        assert value(m, "coddl_resize_seconds_count", action="shrink") == 0
+
+        with srv.client(srv.token("dave")) as dave:
+            second = srv.submit(tiny_job("second", steps=5000, max_gpus=4, step_s=0.02), client=dave)
+        m = until(lambda m: value(m, "coddl_resize_seconds_count", action="shrink") >= 1
+                  and ("coddl_gpus_allocated", (("user", "dave"),)) in m, "the first job's shrink")
+        assert value(m, "coddl_resize_seconds_sum", action="shrink") > 0
+        assert value(m, "coddl_gpus_allocated", user="dave") == 2 and value(m, "coddl_gpus_allocated", user="carol") == 2
+
+        for job in (first, second):
+            assert srv.admin.delete(f"/jobs/{job}").status_code == 202
+        m = until(lambda m: value(m, "coddl_jobs_ended_total", state="cancelled") == 2, "both ends")
+        assert value(m, "coddl_gpus_idle") == 4 and value(m, "coddl_queue_wait_seconds_count") == 2
+        assert not any(k[0] == "coddl_job_steps_per_second" for k in m)
+
+
+def test_jobs_appear_live_resize_and_stay_private(srv, browser, tmp_path):
+    d = browser
+    alice, bob = srv.token("alice"), srv.token("bob")
+    d.get(f"{srv.url}/ui/")
+    assert d.current_url.endswith("/ui/login")  # no token, no dashboard
+    login(d, srv, "not-a-token")
+    assert found(d, "#login-error") and "not valid" in found(d, "#login-error")[0]["text"]
+    assert not d.get_cookies()
+
+    login(d, srv, alice)
+    assert d.current_url.endswith("/ui/") and found(d, "#whoami")[0]["text"] == "alice"
+    assert [c["httpOnly"] for c in d.get_cookies()] == [True]
+    assert d.execute_script("return document.cookie") == ""  # the token is out of scripts' reach
+    d.get(f"{srv.url}/ui/?refresh=1")
+    assert found(d, "#no-jobs")
+
+    with srv.client(alice) as api:
+        a = srv.submit(tiny_job("alpha", steps=3000, max_gpus=4, step_s=0.05), client=api)
+    # the page refreshes itself: no reload from here on
+    wait_for(lambda: [r for r in found(d, f"#job-{a}") if r["data-gpus"] == "4"
+                      and r["data-status"] == "running"], 120, "job alpha running on 4 GPUs on the page")
+    assert len(found(d, f'#gpus a.gpu[data-job="{a}"]')) == 4
+
+    with srv.client(bob) as api:
+        b = srv.submit(tiny_job("bravo", steps=3000, max_gpus=4, step_s=0.05), client=api)
+    wait_for(lambda: [r for r in found(d, f"#job-{a}") if r["data-gpus"] == "2"], 120,
+             "alpha shrunk to 2 GPUs on the page")
+    wait_for(lambda: len(found(d, "#gpus .gpu.other")) == 2, 60, "bob's two GPUs shown as busy")
+    assert len(found(d, f'#gpus a.gpu[data-job="{a}"]')) == 2 and not found(d, f'[data-job="{b}"]')
+    assert "bravo" not in d.page_source and not found(d, f"#job-{b}")
+
+    d.get(f"{srv.url}/ui/jobs/{a}?refresh=1")
+    assert found(d, "#job-title") and "alpha" in found(d, "#job-title")[0]["text"]
+    assert found(d, "#job-gpus")[0]["data-gpus"] == "2"
+    actions = [c["text"] for c in found(d, "#events td.action") if c["text"]]
+    assert actions[:2] == ["start", "start"] and "shrink" in actions  # planned, applied, then the resize
+    assert len(found(d, "svg.chart")) >= 2
+    wait_for(lambda: "[w0] step" in found(d, "#logs")[0]["text"], 60, "the job's log on its page")
+
+    d.get(f"{srv.url}/ui/jobs/{b}")
+    assert "belongs to another user" in found(d, "#error")[0]["text"] and "bravo" not in d.page_source
+    d.get(f"{srv.url}/ui/jobs/999999")
+    assert "no such job" in found(d, "#error")[0]["text"]
+
+    login(d, srv, bob)
+    assert found(d, f"#job-{b}") and not found(d, f"#job-{a}") and "alpha" not in d.page_source
+    d.execute_script("document.querySelector('.logout button').click()")
+    wait_for(lambda: d.current_url.endswith("/ui/login"), 30, "the logout's answer")
+    d.get(f"{srv.url}/ui/")
+    assert d.current_url.endswith("/ui/login")
+
+    login(d, srv, srv.admin_token)
+    assert found(d, f"#job-{a}") and found(d, f"#job-{b}") and not found(d, "#gpus .gpu.other")
+    shot(d, tmp_path, "dashboard-overview.png", 1000)
+    d.get(f"{srv.url}/ui/jobs/{a}")
+    assert "alpha" in found(d, "#job-title")[0]["text"]  # an admin sees every job's page
+    shot(d, tmp_path, "dashboard-job.png", 1450)
+    for job in (a, b):
+        assert srv.admin.delete(f"/jobs/{job}").status_code == 202
