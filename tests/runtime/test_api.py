@@ -105,7 +105,7 @@ def test_only_admins_submit_for_someone_else(api):
     ({**tiny_job("x", 10), "command": ["python", "rel/train.py"]}, "command: script path must be absolute"),
     ({**tiny_job("x", 10), "command": ["python", "/nonexistent/train.py"]}, "command: no such script"),
     ({**tiny_job("x", 10), "command": ["bash", str(TINY_JOB)]}, "command: must run a Python script"),
-    ({**tiny_job("x", 10), "user": "u" * 65}, "user: must be 1-64 characters"),
+    ({**tiny_job("x", 10), "user": "u" * 65}, "user: must be 1-64 printable characters"),
     ([1, 2, 3], "expected a mapping of job fields"),
 ])
 def test_malformed_jobs_are_422_naming_the_field(api, body, field):

@@ -13,7 +13,7 @@ BASE = {"name": "j", "command": f"python {TINY_JOB}", "steps": 10}
 @pytest.mark.parametrize("change,message", [
     ({"max_gpus": 0}, "job.yaml: max_gpus: must be >= min_gpus (1), got 0"),
     ({"min_gpus": 0}, "job.yaml: min_gpus: must be >= 1, got 0"),
-    ({"steps": -5}, "job.yaml: steps: must be > 0, got -5"),
+    ({"steps": -5}, "job.yaml: steps: must be >= 1, got -5"),
     ({"steps": "lots"}, "job.yaml: steps: must be an integer, got 'lots'"),
     ({"steps": None}, "job.yaml: steps: give exactly one of steps or epochs"),
     ({"epochs": 2}, "job.yaml: steps: give exactly one of steps or epochs"),
@@ -37,7 +37,7 @@ def test_errors_are_one_line_naming_the_field(change, message):
 
 def test_a_valid_job_becomes_entry_args_environment_and_core_spec():
     job = parse_job({**BASE, "command": ["python", "-u", str(TINY_JOB), "--lr", "0.1"], "max_gpus": 4,
-                     "batch_size": 64, "env": {"LR": 0.5, "FLAG": True}, "model": "mlp"})
+                     "batch_size": 64, "env": {"LR": "0.5", "FLAG": "true"}, "model": "mlp"})
     assert job.entry_and_args() == (str(TINY_JOB), ("--lr", "0.1"))
     assert job.environment() == {"LR": "0.5", "FLAG": "true", "STEPS": "10", "GLOBAL_BATCH": "64"}
     core = job.to_core("7", arrival=3.0, owner="ann", model="default", steps_done=4)
@@ -52,6 +52,19 @@ def test_load_job_resolves_the_script_against_the_current_directory(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     job = load_job("job.yaml")
     assert job.command == ["python", str(tmp_path / "train.py"), "--x", "1"]
+
+
+def test_env_values_in_a_job_file_are_the_text_as_written(tmp_path, monkeypatch):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "job.yaml").write_text("name: 2024\ncommand: python train.py --lr 0.10 --amp yes\nsteps: 5\n"
+                                       "env:\n  LR: 0.001\n  VERSION: 1.10\n  DEBUG: yes\n  MASK: 0x10\n"
+                                       "  DAY: 2024-01-02\n  QUOTED: '007'\n")
+    monkeypatch.chdir(tmp_path)
+    job = load_job("job.yaml")
+    assert job.name == "2024"
+    assert job.command[2:] == ["--lr", "0.10", "--amp", "yes"]
+    assert job.env == {"LR": "0.001", "VERSION": "1.10", "DEBUG": "yes", "MASK": "0x10", "DAY": "2024-01-02",
+                       "QUOTED": "007"}
 
 
 def test_load_job_reports_yaml_and_file_problems(tmp_path):
@@ -69,7 +82,7 @@ def test_cli_submit_of_a_malformed_job_exits_2_naming_the_field(tmp_path):
     (tmp_path / "job.yaml").write_text(f"name: j\ncommand: python {TINY_JOB}\nsteps: 10\nmin_gpus: 1\nmax_gpus: 0\n")
     r = coddl("submit", str(tmp_path / "job.yaml"), "--state-dir", str(tmp_path))
     assert r.returncode == 2
-    assert f"{tmp_path / 'job.yaml'}: max_gpus: must be >= min_gpus (1), got 0" in r.stderr
+    assert f"{tmp_path / 'job.yaml'}: line 5: max_gpus: must be >= min_gpus (1), got 0" in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
 
 

@@ -1,5 +1,6 @@
 """The real system's commands: ``server start``, ``submit``, ``jobs``, ``show``, ``logs``, ``cancel``,
-``cluster status``, ``token create`` and ``demo``. ``register(app)`` adds them to the ``coddl`` app.
+``cluster status`` and ``demo`` (``token`` is ``coddl.cli.tokens``). ``register(app)`` adds them to the
+``coddl`` app.
 
 Client commands find the server and token from ``--server``/``--token``, ``CODDL_SERVER``/
 ``CODDL_TOKEN`` or the state directory's ``client.json`` (see ``coddl.runtime.client``). User
@@ -28,7 +29,7 @@ StateOpt = typer.Option(None, "--state-dir", envvar="CODDL_STATE_DIR", help="sta
 
 
 @contextmanager
-def _session(server: str | None, token: str | None, state_dir: Path | None) -> Iterator:
+def client_session(server: str | None, token: str | None, state_dir: Path | None) -> Iterator:
     """A client of the running server; a refusal (401/403/404/409, unreachable) becomes one red line
     and exit code 1."""
     from coddl.runtime.client import Client, ClientError, resolve
@@ -52,6 +53,10 @@ def server_start(
     database: Optional[str] = typer.Option(None, "--database", help="SQLAlchemy URL (default: SQLite in the state dir)"),
     checkpoint_s: float = typer.Option(30.0, "--checkpoint-s", help="seconds between a job's periodic checkpoints"),
     period_s: float = typer.Option(5.0, "--period-s", help="how often the policy re-runs with corrected throughputs"),
+    max_body_kib: int = typer.Option(256, "--max-body-kib", min=1, help="largest request body accepted (413 beyond)"),
+    too_large: str = typer.Option("refuse", "--too-large",
+                                  help="a job needing more GPUs than the cluster has: refuse (422) or hold (queued "
+                                       "with the reason, for a server restarted on a larger cluster)"),
 ) -> None:
     """Run the scheduler, its workers and the REST API until interrupted (jobs resume on the next start)."""
     import logging
@@ -60,14 +65,19 @@ def server_start(
     from coddl.runtime.controller import ControllerSettings
     from coddl.runtime.errors import ConfigError
     from coddl.runtime.executors.driver import ExecutorSettings
+    from coddl.runtime.limits import ApiLimits
     from coddl.runtime.paths import default_state_dir
     from coddl.runtime.server import ServerConfig, serve
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        limits = ApiLimits(max_body_bytes=max_body_kib * 1024, too_large=too_large)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise fail(f"--too-large / --max-body-kib: {e}") from None
     config = ServerConfig(state_dir=state_dir or default_state_dir(), gpus=gpus, executor=executor,
                           ray_address=ray_address, policy=policy, host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s),
-                          workers=ExecutorSettings(checkpoint_s=checkpoint_s))
+                          workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits)
     try:
         serve(config, announce=console.print)
     except (ConfigError, PolicySpecError) as e:
@@ -83,19 +93,28 @@ def submit(job_file: Path = typer.Argument(..., help="job YAML"), server: Option
         job = load_job(job_file)
     except SpecError as e:
         raise fail(str(e)) from None
-    with _session(server, token, state_dir) as c:
+    with client_session(server, token, state_dir) as c:
         row = c.submit(job)
     console.print(f"submitted job [bold]{row['id']}[/bold] ({row['name']}, user {row['owner']})")
 
 
-def jobs(server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
+def jobs(user: Optional[str] = typer.Option(None, "--user", help="only this user's jobs (admins: anyone's)"),
+         status: Optional[str] = typer.Option(None, "--status", help="only these states, e.g. queued,running"),
+         limit: int = typer.Option(1000, "--limit", min=1, help="show the newest N jobs"),
+         all_: bool = typer.Option(False, "--all", help="show every job, fetched a page at a time"),
+         before: Optional[int] = typer.Option(None, "--before", min=1, help="only jobs with a smaller id (older)"),
+         server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
          state_dir: Optional[Path] = StateOpt) -> None:
-    """List your jobs (an admin sees everyone's)."""
+    """List your jobs (an admin sees everyone's), oldest first."""
     from coddl.runtime.render import jobs_table
 
-    with _session(server, token, state_dir) as c:
-        rows = c.jobs()
-    console.print(jobs_table(rows) if rows else "no jobs")
+    statuses = tuple(s.strip() for s in status.split(",") if s.strip()) if status else ()
+    with client_session(server, token, state_dir) as c:
+        rows, more = c.newest_jobs(None if all_ else limit, before, user, statuses)
+    console.print(jobs_table(rows, width=console.width) if rows else "no jobs")
+    if more:
+        err_console.print(f"the newest {len(rows)} shown; older ones: --before {rows[0]['id']}, or --all",
+                          markup=False)
 
 
 def show(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
@@ -103,7 +122,7 @@ def show(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str]
     """One job: its state, progress, loss and history (resizes with their latency)."""
     from coddl.runtime.render import job_view
 
-    with _session(server, token, state_dir) as c:
+    with client_session(server, token, state_dir) as c:
         job = c.job(job_id)
     console.print(job_view(job))
 
@@ -114,7 +133,7 @@ def logs(job_id: int = typer.Argument(..., metavar="JOB"),
          state_dir: Optional[Path] = StateOpt) -> None:
     """Print a job's worker output, each line tagged with its worker."""
     try:
-        with _session(server, token, state_dir) as c:
+        with client_session(server, token, state_dir) as c:
             for line in c.logs(job_id, follow):
                 typer.echo(line)
     except KeyboardInterrupt:
@@ -124,7 +143,7 @@ def logs(job_id: int = typer.Argument(..., metavar="JOB"),
 def cancel(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str] = ServerOpt,
            token: Optional[str] = TokenOpt, state_dir: Optional[Path] = StateOpt) -> None:
     """Cancel a job (it stops at its next step)."""
-    with _session(server, token, state_dir) as c:
+    with client_session(server, token, state_dir) as c:
         row = c.cancel(job_id)
     console.print(f"cancelling job {row['id']} ({row['name']})")
 
@@ -134,28 +153,9 @@ def cluster_status(server: Optional[str] = ServerOpt, token: Optional[str] = Tok
     """The live cluster: nodes, which job holds each GPU, jobs by state."""
     from coddl.runtime.render import cluster_view
 
-    with _session(server, token, state_dir) as c:
+    with client_session(server, token, state_dir) as c:
         view = c.cluster()
     console.print(cluster_view(view))
-
-
-def token_create(user: str = typer.Argument(..., help="who the token is for"),
-                 admin: bool = typer.Option(False, "--admin", help="may see and cancel every user's jobs"),
-                 state_dir: Optional[Path] = StateOpt,
-                 database: Optional[str] = typer.Option(None, "--database", help="SQLAlchemy URL (default: the state dir's)")) -> None:
-    """Create an API token (printed once; only its hash is stored). Needs access to the state dir."""
-    from coddl.runtime.paths import default_state_dir
-    from coddl.runtime.store import Store, sqlite_url
-
-    if not user.strip() or len(user) > 64:
-        raise fail(f"USER: must be 1-64 characters, got {user!r}")
-    sd = state_dir or default_state_dir()
-    store = Store(database) if database else Store.for_state_dir(sd)
-    try:
-        typer.echo(store.create_token(user, admin=admin))
-    finally:
-        store.close()
-    err_console.print(f"token for {user}{' (admin)' if admin else ''} stored in {database or sqlite_url(sd)}")
 
 
 def demo(policy: str = typer.Option("afs-p", "--policy", help="scheduling policy"),
@@ -179,10 +179,6 @@ def register(app: typer.Typer) -> None:
                              pretty_exceptions_enable=False)
     server_app.command("start")(server_start)
     app.add_typer(server_app, name="server")
-    token_app = typer.Typer(help="API tokens", no_args_is_help=True, add_completion=False,
-                            pretty_exceptions_enable=False)
-    token_app.command("create")(token_create)
-    app.add_typer(token_app, name="token")
     for name, fn in (("submit", submit), ("jobs", jobs), ("show", show), ("logs", logs), ("cancel", cancel),
                      ("demo", demo)):
         app.command(name)(fn)

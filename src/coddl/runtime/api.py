@@ -14,17 +14,23 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from coddl.core.cluster import Cluster
+from coddl.core.job import JobStatus
+from coddl.runtime.api_tokens import token_routes
+from coddl.runtime.wire import BodyLimit, SafeJSONResponse, json_body, schema_body, text_param
+from coddl.runtime.limits import MAX_STORE_INT, ApiLimits, fit_problem, held_message
 from coddl.runtime.logs import stream_logs
-from coddl.runtime.spec import SpecError, parse_job, script_argv
+from coddl.runtime.spec import JobFile, SpecError, parse_job, script_argv
 from coddl.runtime.store import JobView, Store, User
+from coddl.runtime.text import short
 
 MAX_LIST = 10_000
+STATUSES = tuple(s.value for s in JobStatus)
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,7 @@ class ClusterInfo:
 
 def job_json(j: JobView) -> dict[str, Any]:
     """Plain JSON values, built by hand: listing thousands of jobs should cost a dict each, not a
-    recursive ``asdict`` plus FastAPI's generic encoder (list endpoints return JSONResponse directly)."""
+    recursive ``asdict`` plus FastAPI's generic encoder (every endpoint returns a SafeJSONResponse directly)."""
     return {
         "id": j.id, "name": j.name, "owner": j.owner, "spec": j.spec, "status": j.status,
         "cancel_requested": j.cancel_requested, "submitted_at": j.submitted_at, "started_at": j.started_at,
@@ -59,22 +65,36 @@ def _field_error(errors: list[dict]) -> str:
     return f"{where}: {msg[0].lower()}{msg[1:]}"
 
 
-def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Callable[[], None]) -> FastAPI:
-    app = FastAPI(title="coddl", version="0.1.0",
+def _statuses(status: str | None) -> tuple[str, ...]:
+    wanted = tuple(s.strip() for s in status.split(",") if s.strip()) if status else ()
+    for s in wanted:
+        if s not in STATUSES:
+            raise HTTPException(422, f"status: unknown status {short(s)} (one of {', '.join(STATUSES)})")
+    return wanted
+
+
+def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Callable[[], None],
+               limits: ApiLimits = ApiLimits()) -> FastAPI:
+    app = FastAPI(title="coddl", version="0.1.0", default_response_class=SafeJSONResponse,
                   description="Elastic GPU-cluster scheduler for deep-learning training. "
-                              "Every endpoint needs `Authorization: Bearer TOKEN` (`coddl token create USER`).")
+                              "Every endpoint needs `Authorization: Bearer TOKEN` (`coddl token create USER`). "
+                              f"Request bodies are limited to {limits.max_body_bytes:,} bytes (413 beyond).")
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     bearer = HTTPBearer(auto_error=False, description="a token from `coddl token create USER`")
+    body = json_body(limits.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": _field_error(list(exc.errors()))})
+        return SafeJSONResponse(status_code=422, content={"detail": _field_error(list(exc.errors()))})
 
     def user(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> User:
         if creds is None:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         u = store.authenticate(creds.credentials)
         if u is None:
-            raise HTTPException(401, "invalid token", headers={"WWW-Authenticate": "Bearer"})
+            state = store.token_state(creds.credentials)  # only a refused token pays for this
+            reason = f"token {state}" if state else "invalid token"
+            raise HTTPException(401, reason, headers={"WWW-Authenticate": "Bearer"})
         return u
 
     def owned(job_id: int, u: User) -> JobView:
@@ -85,38 +105,59 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
             raise HTTPException(403, f"job {job_id} belongs to another user")
         return j
 
-    @app.post("/jobs", status_code=201, summary="submit a job (the job file's fields as JSON)")
-    def submit(body: Any = Body(..., examples=[{"name": "mlp", "command": ["python", "/abs/train.py"],
-                                                 "steps": 200, "min_gpus": 1, "max_gpus": 4}]),
-               u: User = Depends(user)) -> dict[str, Any]:
+    @app.post("/jobs", status_code=201, summary="submit a job (the job file's fields as JSON)",
+              openapi_extra=schema_body(JobFile),
+              responses={413: {"description": "the body is over the server's limit"},
+                         422: {"description": "a field is invalid, or the job can never fit the cluster"}})
+    def submit(u: User = Depends(user), data: Any = Depends(body)) -> SafeJSONResponse:
         try:
-            job = parse_job(body, "job")
+            job = parse_job(data, "job")
         except SpecError as e:
             raise HTTPException(422, str(e)) from None
         owner = job.user or u.name
         if owner != u.name and not u.admin:
-            raise HTTPException(403, f"job: user: only an admin may submit as {owner!r}")
+            raise HTTPException(403, f"job: user: only an admin may submit as {short(owner)}")
         if job.command is not None:
             script, _ = script_argv(job.command)
             if not Path(script).is_absolute():
-                raise HTTPException(422, f"job: command: script path must be absolute, got {script!r}")
-            if not Path(script).is_file():
-                raise HTTPException(422, f"job: command: no such script on the server: {script}")
-        row = store.add_job(job.name, owner, job.model_dump(mode="json"), job.total_steps)
+                raise HTTPException(422, f"job: command: script path must be absolute, got {short(script)}")
+            try:
+                exists = Path(script).is_file()
+            except OSError as e:  # a name too long for the filesystem
+                raise HTTPException(422, f"job: command: {e.strerror}: {short(script)}") from None
+            if not exists:
+                raise HTTPException(422, f"job: command: no such script on the server: {short(script, 200)}")
+        problem = fit_problem(info.cluster, job.min_gpus)
+        if problem is not None and limits.too_large == "refuse":
+            raise HTTPException(422, f"job: min_gpus: {problem}")
+        row = store.add_job(job.name, owner, job.model_dump(mode="json"), job.total_steps,
+                            None if problem is None else held_message(problem))
         on_change()
-        return job_json(row)
+        return SafeJSONResponse(job_json(row), status_code=201)
 
-    @app.get("/jobs", summary="your jobs (an admin sees everyone's), oldest first")
-    def jobs(limit: int = Query(1000, ge=1, le=MAX_LIST), u: User = Depends(user)) -> JSONResponse:
-        return JSONResponse([job_json(j) for j in store.list_jobs(None if u.admin else u.name, limit)])
+    @app.get("/jobs", summary="your jobs (an admin sees everyone's): the newest `limit`, oldest first; "
+                              "page back with `before` = the smallest id you have")
+    def jobs(limit: int = Query(1000, ge=1, le=MAX_LIST),
+             before: int | None = Query(None, ge=1, description="only jobs with a smaller id (the next page)"),
+             user_: str | None = Query(None, alias="user", max_length=64, description="only this user's jobs"),
+             status: str | None = Query(None, description="only jobs in these states, comma-separated"),
+             u: User = Depends(user)) -> JSONResponse:
+        owner = text_param("user", user_)
+        if owner is not None and owner != u.name and not u.admin:
+            raise HTTPException(403, "user: only an admin may list another user's jobs")
+        if not u.admin:
+            owner = u.name
+        rows = store.list_jobs(owner, limit, None if before is None else min(before, MAX_STORE_INT + 1),
+                               _statuses(status))
+        return SafeJSONResponse([job_json(j) for j in rows])
 
     @app.get("/jobs/{job_id}", summary="one job with its events and progress samples")
-    def show(job_id: int, u: User = Depends(user)) -> dict[str, Any]:
+    def show(job_id: int, u: User = Depends(user)) -> SafeJSONResponse:
         j = owned(job_id, u)
         d = job_json(j)
         d["events"] = [asdict(e) for e in store.events(job_id)]
         d["samples"] = [asdict(s) for s in store.samples(job_id)]
-        return d
+        return SafeJSONResponse(d)
 
     @app.get("/jobs/{job_id}/logs", summary="the job's worker output; follow=true streams until it ends")
     def logs(job_id: int, follow: bool = False, u: User = Depends(user)) -> StreamingResponse:
@@ -129,16 +170,18 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
         return StreamingResponse(stream_logs(jobs_dir / str(job_id), follow, ended), media_type="text/plain")
 
     @app.delete("/jobs/{job_id}", status_code=202, summary="cancel a job")
-    def cancel(job_id: int, u: User = Depends(user)) -> dict[str, Any]:
+    def cancel(job_id: int, u: User = Depends(user)) -> SafeJSONResponse:
         j = owned(job_id, u)
         if j.terminal:
             raise HTTPException(409, f"job {job_id} already {j.status}")
         j = store.request_cancel(job_id, u.name)
         on_change()
-        return job_json(j)
+        return SafeJSONResponse(job_json(j), status_code=202)
+
+    app.include_router(token_routes(store, user, body))
 
     @app.get("/cluster", summary="the live cluster: nodes, GPUs in use, who holds them")
-    def cluster(u: User = Depends(user)) -> dict[str, Any]:
+    def cluster(u: User = Depends(user)) -> SafeJSONResponse:
         c = info.cluster
         alloc = store.allocations()
         jobs = {jid: store.get_job(jid) for jid in alloc}
@@ -153,7 +196,7 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
                 gpus.append({"gpu": g, "job": jid if visible else None, "busy": jid is not None,
                              "owner": jobs[jid].owner if visible else None})
             nodes.append({"name": n.name, "gpu_type": n.gpu_type, "cpus": n.cpus, "gpus": gpus})
-        return {"executor": info.executor, "policy": info.policy, "total_gpus": c.total_gpus,
-                "gpus_in_use": len(holder), "jobs": store.counts(), "nodes": nodes}
+        return SafeJSONResponse({"executor": info.executor, "policy": info.policy, "total_gpus": c.total_gpus,
+                                 "gpus_in_use": len(holder), "jobs": store.counts(), "nodes": nodes})
 
     return app

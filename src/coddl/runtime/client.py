@@ -80,8 +80,35 @@ class Client:
     def submit(self, job: JobFile) -> dict[str, Any]:
         return self._call("POST", "/jobs", json=job.model_dump(mode="json", exclude_none=True))
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/jobs")
+    def jobs(self, limit: int = 1000, before: int | None = None, user: str | None = None,
+             statuses: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """One page: the newest ``limit`` (at most 10,000) jobs below id ``before``, oldest first."""
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        if user is not None:
+            params["user"] = user
+        if statuses:
+            params["status"] = ",".join(statuses)
+        return self._call("GET", "/jobs", params=params)
+
+    def newest_jobs(self, count: int | None, before: int | None = None, user: str | None = None,
+                    statuses: tuple[str, ...] = (), page: int = 1000) -> tuple[list[dict[str, Any]], bool]:
+        """The newest ``count`` jobs (every one if None), oldest first, fetched a page at a time; and
+        whether older ones remain."""
+        pages: list[list[dict[str, Any]]] = []
+        got = 0
+        while count is None or got < count:
+            want = page if count is None else min(page, count - got)
+            rows = self.jobs(want, before, user, statuses)
+            if rows:
+                pages.append(rows)
+                got += len(rows)
+                before = rows[0]["id"]
+            if len(rows) < want:
+                return [j for p in reversed(pages) for j in p], False
+        more = bool(self.jobs(1, before, user, statuses))
+        return [j for p in reversed(pages) for j in p], more
 
     def job(self, job_id: int) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{job_id}")
@@ -91,6 +118,18 @@ class Client:
 
     def cluster(self) -> dict[str, Any]:
         return self._call("GET", "/cluster")
+
+    def tokens(self, user: str | None = None) -> list[dict[str, Any]]:
+        return self._call("GET", "/tokens", params={} if user is None else {"user": user})
+
+    def create_token(self, user: str, admin: bool = False, expires_in_s: float | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"user": user, "admin": admin}
+        if expires_in_s is not None:
+            body["expires_in_s"] = expires_in_s
+        return self._call("POST", "/tokens", json=body)
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        return self._call("DELETE", f"/tokens/{token_id}")
 
     def logs(self, job_id: int, follow: bool = False) -> Iterator[str]:
         try:

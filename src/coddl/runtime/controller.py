@@ -17,6 +17,11 @@ work they have left, the GPU-seconds they had received and their first start tim
 period and at each plan), and the first plan resumes the ones that were running from their
 checkpoints.
 Finished, failed and cancelled jobs stay as they are.
+
+A job that can never fit this cluster (``coddl.runtime.limits.fit_problem``) is held: it stays queued
+with the reason as its message and never reaches the policy, where a job no allocation can satisfy
+could stall a strict-order policy's queue. A job whose stored spec this version no longer accepts
+fails with that reason instead of stopping the controller.
 """
 
 from __future__ import annotations
@@ -42,8 +47,9 @@ from coddl.runtime.executors.base import (
     WorkerLostEvent,
     WorkersEvent,
 )
+from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
-from coddl.runtime.spec import JobFile
+from coddl.runtime.spec import JobFile, SpecError, validate
 from coddl.runtime.store import JobView, ProgressUpdate, Store
 from coddl.scheduler import Scheduler
 
@@ -71,6 +77,7 @@ class Controller:
         self._pushed: dict[JobId, float] = {}  # the speed factor the scheduler has now
         self._sampled: dict[JobId, float] = {}  # when a job's history last kept a report
         self._unsampled: dict[JobId, ProgressUpdate] = {}  # the newest report it did not keep
+        self._held: set[JobId] = set()  # jobs that can never fit this cluster: queued, never planned
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="coddl-controller", daemon=True)
@@ -89,7 +96,7 @@ class Controller:
         recovered, orphans = self.store.recover(time.time())
         reaped = self.executor.reap(orphans)
         for job in recovered:
-            self._admit(job, now)
+            self._take(job, now)
         if recovered:
             log.info("recovered %d unfinished jobs (%d leftover workers killed)", len(recovered), reaped)
         self._next_period = time.monotonic() + self.settings.period_s
@@ -143,8 +150,7 @@ class Controller:
         if self.scheduler.dirty:
             self._plan(now)
 
-    def _admit(self, job: JobView, now: float) -> None:
-        spec = JobFile.model_validate(job.spec)
+    def _admit(self, job: JobView, spec: JobFile, now: float) -> None:
         jid = str(job.id)
         curve = curve_for(self.scheduler.curves, spec.model)
         arrival = min(max(0.0, job.submitted_at - self.epoch), now)
@@ -163,17 +169,39 @@ class Controller:
             if job.cancel_requested:
                 self.store.finish(job.id, JobStatus.CANCELLED, time.time(), "cancelled before it was scheduled")
                 continue
-            try:
-                self._admit(job, now)
-            except Exception as e:  # noqa: BLE001 - a job the API accepted but the scheduler refuses
-                self.store.finish(job.id, JobStatus.FAILED, time.time(), f"not schedulable: {e}")
-                continue
-            admitted.append(job.id)
+            if self._take(job, now):
+                admitted.append(job.id)
         self.store.mark_admitted(admitted)
+
+    def _take(self, job: JobView, now: float) -> bool:
+        """Admit a job, or hold it (it can never fit this cluster), or fail it (its stored spec is not
+        a job this version can run: a row from an earlier version); False if it failed."""
+        try:
+            spec = validate(JobFile, job.spec, "stored job")
+        except SpecError as e:  # accepted by an earlier version, refused by this one
+            self.store.finish(job.id, JobStatus.FAILED, time.time(), f"not schedulable: {e}")
+            return False
+        problem = fit_problem(self.scheduler.cluster, spec.min_gpus)
+        if problem is not None:
+            self._held.add(str(job.id))
+            self.store.set_message(job.id, held_message(problem))
+            return True
+        if job.message and job.message.startswith("held: "):
+            self.store.set_message(job.id, None)  # a larger cluster took it over
+        try:
+            self._admit(job, spec, now)
+        except Exception as e:  # noqa: BLE001 - a job the API accepted but the scheduler refuses
+            self.store.finish(job.id, JobStatus.FAILED, time.time(), f"not schedulable: {e}")
+            return False
+        return True
 
     def _cancel(self, now: float) -> None:
         for job_id in self.store.cancel_requests():
             jid = str(job_id)
+            if jid in self._held:
+                self._held.discard(jid)
+                self.store.finish(job_id, JobStatus.CANCELLED, time.time(), "cancelled")
+                continue
             if jid not in self.scheduler.table.row:
                 continue
             self.store.finish(job_id, JobStatus.CANCELLED, time.time(), "cancelled")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
+from rich import box
+from rich.cells import cell_len
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -37,39 +39,107 @@ def gpus_text(job: dict[str, Any]) -> str:
     return f"{len(gpus)} [{','.join(str(g) for g in gpus)}]" if gpus else "0"
 
 
-def jobs_table(jobs: list[dict[str, Any]], title: str | None = None) -> Table:
-    t = Table(title=title)
-    for col, justify in (("id", "right"), ("name", "left"), ("user", "left"), ("status", "left"),
-                         ("GPUs", "left"), ("progress", "right"), ("loss", "right"), ("steps/s", "right"),
-                         ("resizes", "right"), ("time", "right")):
-        t.add_column(col, justify=justify, no_wrap=True)
+def number(value: Any, spec: str) -> str:
+    """``value`` formatted, or '-' for none and '?' for something that is not a number (a damaged row)."""
+    if value is None:
+        return "-"
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _progress(j: dict[str, Any]) -> str:
+    pct = 100.0 * j["steps_done"] / j["total_steps"] if j["total_steps"] else 0.0
+    return f"{j['steps_done']}/{j['total_steps']} ({pct:.0f}%)"
+
+
+# (title, justify, cell) in display order, and the order in which columns give way on a narrow terminal
+_JOB_COLUMNS: tuple[tuple[str, str, Callable[[dict[str, Any], float], Any]], ...] = (
+    ("id", "right", lambda j, _now: str(j["id"])),
+    ("name", "left", lambda j, _now: Text(j["name"])),  # Text: a name is never read as markup
+    ("user", "left", lambda j, _now: Text(j["owner"])),
+    ("status", "left", lambda j, _now: status_text(j)),
+    ("GPUs", "left", lambda j, _now: gpus_text(j)),
+    ("progress", "right", lambda j, _now: _progress(j)),
+    ("loss", "right", lambda j, _now: number(j["loss"], ".4f")),
+    ("steps/s", "right", lambda j, _now: "-" if j["terminal"] else number(j["steps_per_s"], ".1f")),
+    ("resizes", "right", lambda j, _now: str(j["resizes"])),
+    ("time", "right", lambda j, now: duration(elapsed(j, now))),
+)
+_GIVE_WAY = ("resizes", "steps/s", "loss", "time", "GPUs", "progress", "user")  # id, name, status always stay
+_SHRINKABLE = ("name", "user")  # cut with an ellipsis when even the essential columns are too wide
+
+
+def jobs_table(jobs: list[dict[str, Any]], title: str | None = None, width: int | None = None) -> Table:
+    """The jobs as a table that fits ``width`` columns: the least needed columns give way first, then
+    names are cut; ids are never cut (people type them into `coddl show`)."""
     now = time.time()
-    for j in jobs:
-        pct = 100.0 * j["steps_done"] / j["total_steps"] if j["total_steps"] else 0.0
-        t.add_row(str(j["id"]), j["name"], j["owner"], status_text(j), gpus_text(j),
-                  f"{j['steps_done']}/{j['total_steps']} ({pct:.0f}%)",
-                  "-" if j["loss"] is None else f"{j['loss']:.4f}",
-                  "-" if j["steps_per_s"] is None or j["terminal"] else f"{j['steps_per_s']:.1f}",
-                  str(j["resizes"]), duration(elapsed(j, now)))
+    cells = {title_: [cell(j, now) for j in jobs] for title_, _, cell in _JOB_COLUMNS}
+    natural = {t: max([len(t), *(cell_len(c) if isinstance(c, str) else c.cell_len for c in cs)])
+               for t, cs in cells.items()}
+    natural["GPUs"] = min(natural["GPUs"], 16)  # "64 [0,1,2,…": the count first, the list as room allows
+    shown = [t for t, _, _ in _JOB_COLUMNS]
+
+    def total(cols: list[str]) -> int:  # box.SIMPLE_HEAD without edges: each column, then 3 between two
+        return sum(natural[c] for c in cols) + 3 * (len(cols) - 1)
+
+    if width is not None:
+        for t in _GIVE_WAY:
+            if total(shown) <= width:
+                break
+            shown.remove(t)
+        excess = total(shown) - width
+        for t in _SHRINKABLE:
+            if excess > 0 and t in shown:
+                cut = min(excess, natural[t] - max(len(t), 4))
+                natural[t] -= cut
+                excess -= cut
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for title_, justify, _ in _JOB_COLUMNS:
+        if title_ in shown:
+            fixed = natural[title_] if width is not None else None
+            t.add_column(title_, justify=justify, no_wrap=True, overflow="ellipsis", min_width=fixed, max_width=fixed)
+    for i in range(len(jobs)):
+        t.add_row(*(cells[c][i] for c in shown))
     return t
 
 
 def _clock(ts: float | None) -> str:
-    return "-" if ts is None else datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a damaged row: show that, not a traceback
+        return "?"
+
+
+def _words(value: Any) -> str:
+    return " ".join(str(w) for w in value) if isinstance(value, list) else str(value)
+
+
+def _runs(spec: dict[str, Any]) -> tuple[str, str]:
+    """(what the job runs, its model and GPU range) from a stored spec; a spec an earlier version
+    stored differently (or a damaged one) shows '?' where a field is missing, never an error."""
+    if spec.get("command"):
+        what = _words(spec["command"])
+    else:
+        what = " ".join([str(spec.get("entrypoint", "?")), _words(spec.get("args") or [])]).strip()
+    model = f"{spec.get('model', '?')}; GPUs {spec.get('min_gpus', '?')}…{spec.get('max_gpus') or 'any'}"
+    return what, model
 
 
 def job_view(job: dict[str, Any]) -> Group:
-    spec = job["spec"]
-    what = " ".join(spec["command"]) if spec.get("command") else " ".join([spec["entrypoint"], *spec.get("args", [])])
+    what, model = _runs(job["spec"] if isinstance(job.get("spec"), dict) else {})
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    losses = [s["loss"] for s in job.get("samples", []) if s["loss"] is not None]
+    losses = [s["loss"] for s in job.get("samples", []) if isinstance(s["loss"], (int, float))]
     rows = [
         ("job", f"{job['id']} {job['name']} (user {job['owner']})"),
         ("status", status_text(job)),
         ("runs", what),
-        ("model", f"{spec['model']}; GPUs {spec['min_gpus']}…{spec.get('max_gpus') or 'any'}"),
+        ("model", model),
         ("GPUs now", gpus_text(job)),
         ("progress", f"{job['steps_done']}/{job['total_steps']} steps"),
         ("loss", f"{losses[0]:.4f} → {losses[-1]:.4f} ({len(losses)} reports)" if losses else "-"),
@@ -81,7 +151,7 @@ def job_view(job: dict[str, Any]) -> Group:
     if job.get("message"):
         rows.append(("message", job["message"]))
     for k, v in rows:
-        head.add_row(k, v)
+        head.add_row(k, v if isinstance(v, Text) else Text(v))  # Text: a message is never read as markup
     events = Table(title="events", title_justify="left")
     for col in ("time", "event", "action", "GPUs", "latency", "detail"):
         events.add_column(col)
@@ -90,7 +160,7 @@ def job_view(job: dict[str, Any]) -> Group:
         events.add_row(_clock(e["at"]), e["kind"], e["action"] or "",
                        "" if gpus is None else f"{list(e['gpus_before'] or [])} → {gpus}" if e["gpus_before"] is not None
                        else str(gpus),
-                       "" if e["latency_s"] is None else f"{e['latency_s']:.2f}s", e["detail"] or "")
+                       "" if e["latency_s"] is None else f"{e['latency_s']:.2f}s", Text(e["detail"] or ""))
     return Group(head, events)
 
 
@@ -107,3 +177,27 @@ def cluster_view(c: dict[str, Any]) -> Group:
             cells.append(f"{g['gpu']}:{holder}")
         t.add_row(n["name"], n["gpu_type"], str(n["cpus"]), "  ".join(cells))
     return Group(head, t, Text("· free   x another user's job", style="dim"))
+
+
+def _date(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError):
+        return "?"
+
+
+def tokens_table(tokens: list[dict[str, Any]]) -> Table:
+    """API tokens as ``GET /tokens`` returns them: never the token, its digest's first characters."""
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col, justify in (("id", "right"), ("user", "left"), ("role", "left"), ("fingerprint", "left"),
+                         ("created", "left"), ("expires", "left"), ("state", "left")):
+        t.add_column(col, justify=justify, no_wrap=col in ("id", "fingerprint"))
+    styles = {"active": "green", "expired": "yellow", "revoked": "red"}
+    for k in tokens:
+        state = k["state"] + (f" by {k['revoked_by']}" if k["state"] == "revoked" and k.get("revoked_by") else "")
+        t.add_row(str(k["id"]), Text(k["user"]), "admin" if k["admin"] else "user", k["fingerprint"],
+                  _date(k["created_at"]), _date(k["expires_at"]) if k["expires_at"] else "never",
+                  Text(state, style=styles.get(k["state"], "")))
+    return t

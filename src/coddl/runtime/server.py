@@ -29,6 +29,7 @@ from coddl.runtime.dashboard import mount_dashboard
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
+from coddl.runtime.limits import ApiLimits
 from coddl.runtime.metrics import ClusterMetrics, metrics_router
 from coddl.runtime.models import runtime_curves
 from coddl.runtime.paths import CLIENT_FILE, DEFAULT_PORT, SERVER_FILE, default_state_dir
@@ -52,6 +53,7 @@ class ServerConfig:
     database: str | None = None  # SQLAlchemy URL; default SQLite in the state dir
     controller: ControllerSettings = ControllerSettings()
     workers: ExecutorSettings = ExecutorSettings()
+    limits: ApiLimits = ApiLimits()  # request body size, and whether a job too large for the cluster is refused
 
 
 def make_executor(config: ServerConfig) -> Executor:
@@ -95,7 +97,7 @@ class Runtime:
 
     def app(self) -> FastAPI:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
-        app = create_app(self.store, info, self.jobs_dir, self.controller.wake)
+        app = create_app(self.store, info, self.jobs_dir, self.controller.wake, self.config.limits)
         app.include_router(metrics_router(self.metrics))
         mount_dashboard(app, self.store, info, self.jobs_dir)
         return app

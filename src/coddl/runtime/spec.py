@@ -16,49 +16,99 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from coddl.core.job import JobSpec
+from coddl.runtime.limits import DEFAULT_MAX_BODY_BYTES, MAX_STORE_INT
+from coddl.runtime.text import find_bad_text, short
+from coddl.runtime.yaml_safe import YamlError, dotted
+from coddl.runtime.yaml_safe import load as load_yaml
 
 DEFAULT_MODEL = "default"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+MAX_MODEL_CHARS = 128
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+RESERVED_ENV_PREFIX = "CODDL_"  # the launcher sets these for each worker
 
 
 class SpecError(ValueError):
-    """A job file or request body that is not a valid job; the message is one line naming the field."""
+    """A job file or request body that is not a valid job; the message is one line naming the field
+    (``field``, when one field is to blame)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
-class JobFile(BaseModel):
+def user_name_problem(name: str) -> str | None:
+    """The rule for a user name (a job's ``user``, ``coddl token create USER``): the store's owner
+    column holds 64 characters, and a name is shown in tables, so it is printable text without
+    surrounding blanks."""
+    if not 0 < len(name) <= 64 or not name.isprintable() or name != name.strip():
+        return f"must be 1-64 printable characters without leading or trailing blanks, got {short(name)}"
+    return None
+
+
+def _count(description: str, *, positive: bool = True) -> Any:
+    """An optional integer field up to MAX_STORE_INT (positive unless a cross-field check says more);
+    strict, so 2.0, "2" and true are refused rather than converted."""
+    return Field(None, ge=1 if positive else None, le=MAX_STORE_INT, strict=True, description=description)
+
+
+class StoredInput(BaseModel):
+    """A request that the store will keep: text that the store cannot hold or the API cannot send (a
+    NUL, a lone surrogate) anywhere in it is refused before any field is looked at, naming where."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        found = find_bad_text(data)
+        if found is not None:
+            path, problem = found
+            raise _FieldError(dotted(path) or "body", problem)
+        return data
+
+
+class JobFile(StoredInput):
     """One training job. ``command`` or ``entrypoint``, and ``steps`` or ``epochs``, are required."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, title="Job")
 
-    name: str
-    command: list[str] | str | None = None
-    entrypoint: str | None = None
-    args: list[str] = Field(default_factory=list)
-    model: str = DEFAULT_MODEL
-    min_gpus: int = Field(1, ge=1)
-    max_gpus: int | None = None
-    steps: int | None = Field(None, gt=0)
-    epochs: int | None = Field(None, gt=0)
-    steps_per_epoch: int | None = Field(None, gt=0)
-    batch_size: int | None = Field(None, gt=0)
-    env: dict[str, str] = Field(default_factory=dict)
-    user: str | None = None
+    name: str = Field(description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+                      examples=["mlp"])
+    command: list[str] | str | None = Field(
+        None, description="the Python script to run with its arguments: `python SCRIPT.py ARGS...` as a list of "
+                          "words or one shell-quoted string; the script path must be absolute on the server")
+    entrypoint: str | None = Field(None, description="instead of command: a `package.module:function` to call")
+    args: list[str] = Field(default_factory=list, description="arguments of the entrypoint (sys.argv[1:])")
+    model: str = Field(DEFAULT_MODEL, min_length=1, max_length=MAX_MODEL_CHARS,
+                       description="the model's name for the throughput estimator (a measured curve, or the "
+                                   "default curve for any other name)")
+    min_gpus: int = Field(1, ge=1, le=MAX_STORE_INT, strict=True,
+                          description="the fewest GPUs the job runs on (all of one GPU type)")
+    max_gpus: int | None = _count("the most GPUs the scheduler may give it (default: no limit)",
+                                      positive=False)
+    steps: int | None = _count("the work in optimizer steps at the global batch size (or epochs)")
+    epochs: int | None = _count("the work in epochs (with steps_per_epoch), instead of steps")
+    steps_per_epoch: int | None = _count("optimizer steps per epoch, with epochs")
+    batch_size: int | None = _count("the global batch size, kept constant whatever the GPU count "
+                                    "(GLOBAL_BATCH in the job's environment)")
+    env: dict[str, str] = Field(default_factory=dict,
+                                description="environment variables of every worker (names other than CODDL_*; "
+                                            "values are text)")
+    user: str | None = Field(None, description="the owner, if not the token's user (admins only)")
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, got {v!r}")
+        if not _NAME.fullmatch(v):
+            raise ValueError(f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, "
+                             f"got {short(v)}")
         return v
 
     @field_validator("command")
@@ -75,41 +125,33 @@ class JobFile(BaseModel):
     @field_validator("entrypoint")
     @classmethod
     def _entrypoint(cls, v: str | None) -> str | None:
-        if v is not None and not _ENTRYPOINT.match(v):
-            raise ValueError(f"must be 'package.module:function', got {v!r}")
+        if v is not None and not _ENTRYPOINT.fullmatch(v):
+            raise ValueError(f"must be 'package.module:function', got {short(v)}")
         return v
 
     @field_validator("user")
     @classmethod
     def _user(cls, v: str | None) -> str | None:
-        """The rule ``coddl token create`` applies to a user name: the store's owner column holds 64
-        characters (PostgreSQL enforces it), and a NUL is no text PostgreSQL stores."""
-        if v is not None and (not v.strip() or len(v) > 64 or "\x00" in v):
-            raise ValueError(f"must be 1-64 characters, got {v!r}")
+        problem = None if v is None else user_name_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
-        return v
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env_scalars(cls, v: Any) -> Any:
-        """YAML reads ``LR: 0.001`` as a float; an environment holds strings, so scalars are spelled out."""
-        if isinstance(v, dict):
-            return {k: str(x).lower() if isinstance(x, bool) else str(x) if isinstance(x, (int, float)) else x
-                    for k, x in v.items()}
+        if not v.strip() or not v.isprintable():
+            raise ValueError(f"must be a printable name, got {short(v)}")
         return v
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
         for k in v:
-            if not _ENV_NAME.match(k):
-                raise ValueError(f"{k!r} is not a valid environment variable name")
+            if not _ENV_NAME.fullmatch(k):
+                raise ValueError(f"{short(k)} is not a valid environment variable name")
+            if k.startswith(RESERVED_ENV_PREFIX):
+                raise ValueError(f"{k}: names starting with {RESERVED_ENV_PREFIX} are set by coddl for each worker")
         return v
 
     @model_validator(mode="after")
@@ -126,6 +168,9 @@ class JobFile(BaseModel):
             raise _FieldError("steps_per_epoch", "required with epochs (the scheduler plans in steps)")
         if self.steps is not None and self.steps_per_epoch is not None:
             raise _FieldError("steps_per_epoch", "only with epochs")
+        if self.epochs is not None and self.epochs * self.steps_per_epoch > MAX_STORE_INT:
+            raise _FieldError("steps_per_epoch", f"epochs × steps_per_epoch = {self.epochs * self.steps_per_epoch} "
+                                                 f"steps, more than the store holds ({MAX_STORE_INT})")
         return self
 
     # ------------------------------------------------------------------ derived
@@ -185,32 +230,38 @@ class _FieldError(ValueError):
 def script_argv(argv: list[str]) -> tuple[str, list[str]]:
     """Split ``[python [-u] SCRIPT.py ARGS...]`` into the script and its arguments."""
     i = 0
-    if _PYTHON.match(Path(argv[0]).name) or argv[0] == "python":
+    if _PYTHON.fullmatch(Path(argv[0]).name):
         i = 1
         while i < len(argv) and argv[i].startswith("-"):
             if argv[i] == "-m":
                 raise ValueError("'python -m MODULE' is not supported; use entrypoint: 'module:function'")
             if argv[i] not in ("-u", "-O", "-B"):
-                raise ValueError(f"unsupported interpreter option {argv[i]!r}")
+                raise ValueError(f"unsupported interpreter option {short(argv[i])}")
             i += 1
     if i >= len(argv):
         raise ValueError("names no script to run")
     script = argv[i]
     if not script.endswith(".py"):
-        raise ValueError(f"must run a Python script (python SCRIPT.py ARGS...), got {script!r}")
+        raise ValueError(f"must run a Python script (python SCRIPT.py ARGS...), got {short(script)}")
     return script, argv[i + 1:]
 
 
-def _describe(err: ErrorDetails) -> tuple[str, str]:
-    """(field, message) for one pydantic error, in the one-line style of the CLI."""
-    loc = ".".join(str(p) for p in err["loc"])
+_UNION_TAG = re.compile(r"^(str|int|none|list\[.*\]|dict\[.*\]|function-\w+\[.*\])$")
+_TYPE_NAMES = {"dict": "a mapping", "list": "a list", "NoneType": "nothing (null)", "str": "text", "bool": "a boolean",
+               "int": "an integer", "float": "a number"}
+
+
+def describe(err: ErrorDetails, fields: Iterable[str]) -> tuple[str, str]:
+    """(field, message) for one pydantic error of a model with ``fields``, in the one-line style of
+    the CLI. Inputs are quoted through ``short``: a message is one line, whatever the input was."""
+    loc = ".".join(str(p) for p in err["loc"] if not (isinstance(p, str) and _UNION_TAG.match(p)))
     kind = err["type"]
-    got = err.get("input")
+    got = short(err.get("input"))
     ctx = err.get("ctx") or {}
     if kind == "missing":
         return loc, "required"
     if kind == "extra_forbidden":
-        return loc, f"unknown field (valid fields: {', '.join(JobFile.model_fields)})"
+        return loc, f"unknown field (valid fields: {', '.join(fields)})"
     if kind == "value_error":
         cause = ctx.get("error")
         if isinstance(cause, _FieldError):
@@ -218,44 +269,85 @@ def _describe(err: ErrorDetails) -> tuple[str, str]:
         return loc, str(cause) if cause is not None else err["msg"]
     if kind in ("greater_than_equal", "greater_than"):
         op = ">=" if kind == "greater_than_equal" else ">"
-        bound = ctx.get("ge", ctx.get("gt"))
-        return loc, f"must be {op} {bound}, got {got!r}"
+        return loc, f"must be {op} {ctx.get('ge', ctx.get('gt'))}, got {got}"
+    if kind == "less_than_equal":
+        why = " (the largest integer the store holds)" if ctx.get("le") == MAX_STORE_INT else ""
+        return loc, f"must be <= {ctx.get('le')}{why}, got {got}"
     if kind in ("int_parsing", "int_type", "int_from_float"):
-        return loc, f"must be an integer, got {got!r}"
-    if kind in ("string_type",):
-        return loc, f"must be a string, got {got!r}"
+        return loc, f"must be an integer, got {got}"
+    if kind == "string_type":
+        return loc, f"must be text, got {got}"
+    if kind in ("string_too_short", "string_too_long"):
+        return loc, f"must be {ctx.get('min_length', 1)}-{ctx.get('max_length', MAX_MODEL_CHARS)} characters"
     msg = err["msg"]
-    return loc, f"{msg[0].lower()}{msg[1:]}, got {got!r}"
+    return loc, f"{msg[0].lower()}{msg[1:]}, got {got}"
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: Any, source: str, what: str = "job") -> M:
+    """Validate decoded JSON/YAML against ``model``; raises SpecError with ``source: field: problem``."""
+    if not isinstance(data, dict):
+        kind = _TYPE_NAMES.get(type(data).__name__, type(data).__name__)
+        raise SpecError(f"{source}: expected a mapping of {what} fields, got {kind}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        field, message = describe(e.errors()[0], model.model_fields)
+        raise SpecError(f"{source}: {field}: {message}" if field else f"{source}: {message}", field or None) from None
 
 
 def parse_job(data: Any, source: str = "job") -> JobFile:
     """Validate a decoded job (a mapping); raises SpecError with ``source: field: problem``."""
-    if not isinstance(data, dict):
-        raise SpecError(f"{source}: expected a mapping of job fields, got {type(data).__name__}")
+    return validate(JobFile, data, source)
+
+
+def _text_at(path: tuple[str | int, ...]) -> bool:
+    """Where a job file's plain YAML scalars are text as written: the text fields, the words of
+    command and args, and env values (``VERSION: 1.10`` is "1.10", not 1.1)."""
+    if len(path) == 1:
+        return path[0] in ("name", "model", "entrypoint", "user", "command")
+    return len(path) == 2 and path[0] in ("command", "args", "env")
+
+
+def read_job_file(p: Path, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> tuple[Any, dict[str, int]]:
+    """A job file's YAML as Python values, and the line of each field path (``env.LR``), or SpecError:
+    no larger than the server would take as a request, UTF-8, and plain YAML (``coddl.runtime.yaml_safe``)."""
     try:
-        return JobFile.model_validate(data)
-    except ValidationError as e:
-        field, message = _describe(e.errors()[0])
-        raise SpecError(f"{source}: {field}: {message}" if field else f"{source}: {message}") from None
+        with p.open("rb") as f:
+            raw = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such file") from None
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read: {e.strerror or e.__class__.__name__}") from None
+    if len(raw) > max_bytes:
+        raise SpecError(f"{p}: larger than {max_bytes // 1024} KiB, the most a job file may be")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    lines: dict[str, int] = {}
+    try:
+        data = load_yaml(text, _text_at, lines)
+    except YamlError as e:
+        raise SpecError(f"{p}: {e}", dotted(e.path) or None) from None
+    if data is None:
+        raise SpecError(f"{p}: empty (expected a mapping of job fields)")
+    return data, lines
 
 
 def load_job(path: Path | str) -> JobFile:
     """Read and validate a job YAML file; relative script paths are taken from the current directory."""
     p = Path(path)
+    data, lines = read_job_file(p)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise SpecError(f"{p}: cannot read: {e.__class__.__name__}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(e, "problem", None) or "not valid YAML"
-        raise SpecError(f"{p}: {where}{problem}") from None
-    job = parse_job(data, str(p))
+        job = parse_job(data, str(p))
+    except SpecError as e:
+        line = None if e.field is None else lines.get(e.field)
+        if line is None:
+            raise
+        raise SpecError(f"{p}: line {line}: {str(e)[len(str(p)) + 2:]}", e.field) from None
     job = job.with_absolute_paths(Path(os.getcwd()))
     if job.command is not None:
         script, _ = script_argv(job.command)

@@ -20,13 +20,16 @@ refuses NUL characters in text, so messages (the last line of a worker's log) ha
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import secrets
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from sqlalchemy import (
     JSON,
@@ -48,13 +51,15 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from coddl.core.allocation import Action, ActionKind
 from coddl.core.job import JobStatus
+from coddl.runtime.limits import MAX_STORE_INT
 
 TERMINAL = tuple(s.value for s in JobStatus if s.terminal)
-MAX_ID = 2**31 - 1  # ids are INTEGER columns: 32-bit on PostgreSQL, so a larger id names no job
+MAX_ID = MAX_STORE_INT  # ids are INTEGER columns: 32-bit on PostgreSQL, so a larger id names no job
 WRITE_LOCK = 0x636F64646C  # "coddl": the PostgreSQL advisory lock every write transaction holds
 
 
@@ -67,6 +72,10 @@ class SafeText(TypeDecorator[str]):
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
         return None if value is None else value.replace("\x00", "\ufffd")
+
+
+class LastAdmin(ValueError):
+    """Revoking this token would leave no active admin token."""
 
 
 class Base(DeclarativeBase):
@@ -152,6 +161,9 @@ class TokenRow(Base):
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: never
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class MetaRow(Base):
@@ -166,6 +178,33 @@ class MetaRow(Base):
 class User:
     name: str
     admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TokenView:
+    """A token as an admin sees it: never the token, only the first characters of its digest (enough
+    to tell tokens apart in a list)."""
+
+    id: int
+    user: str
+    admin: bool
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+    revoked_by: str | None
+    fingerprint: str
+
+    def state(self, now: float) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+    def as_json(self, now: float) -> dict:
+        return {"id": self.id, "user": self.user, "admin": self.admin, "created_at": self.created_at,
+                "expires_at": self.expires_at, "revoked_at": self.revoked_at, "revoked_by": self.revoked_by,
+                "fingerprint": self.fingerprint, "state": self.state(now)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +288,10 @@ def _job(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
                    r.attained_service or 0.0)
 
 
+def _token(r: TokenRow) -> TokenView:
+    return TokenView(r.id, r.user, r.admin, r.created_at, r.expires_at, r.revoked_at, r.revoked_by, r.digest[:8])
+
+
 def _event(r: EventRow) -> EventView:
     return EventView(r.job_id, r.at, r.kind, r.action, None if r.gpus_before is None else tuple(r.gpus_before),
                      None if r.gpus_after is None else tuple(r.gpus_after), r.latency_s, r.detail)
@@ -257,16 +300,54 @@ def _event(r: EventRow) -> EventView:
 def _add_missing_columns(conn: Connection) -> None:
     """Columns added to a table after a state directory was created (``create_all`` creates only
     missing tables): each is added with its server default, so an older store opens unchanged."""
-    present = {c["name"] for c in inspect(conn).get_columns(JobRow.__tablename__)}
-    for col in JobRow.__table__.columns:
-        if col.name not in present:
-            kind = col.type.compile(dialect=conn.dialect)
-            default = f" DEFAULT {col.server_default.arg}" if col.server_default is not None else ""
-            conn.exec_driver_sql(f"ALTER TABLE {JobRow.__tablename__} ADD COLUMN {col.name} {kind}{default}")
+    for table in (JobRow.__table__, TokenRow.__table__):
+        present = {c["name"] for c in inspect(conn).get_columns(table.name)}
+        for col in table.columns:
+            if col.name not in present:
+                kind = col.type.compile(dialect=conn.dialect)
+                default = f" DEFAULT {col.server_default.arg}" if col.server_default is not None else ""
+                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}{default}")
 
 
 def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _json_or_placeholder(raw: str) -> Any:
+    """A JSON column's value; text that is not JSON (a row damaged outside coddl) reads as a marker
+    instead of failing every query that touches the row."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"unreadable": raw[:60]}
+
+
+def _decode_or_replace(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+R = TypeVar("R")
+
+
+def tolerant(read: Callable[..., R]) -> Callable[..., R]:
+    """A read that, on SQLite, retries with undecodable text replaced (U+FFFD) when a row holds bytes
+    that are not UTF-8 (written outside coddl): the row is shown, not turned into an error. Only the
+    retry pays for the replacing decoder; normal reads keep sqlite3's own."""
+
+    @functools.wraps(read)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> R:
+        try:
+            return read(self, *args, **kwargs)
+        except OperationalError as e:
+            if not self.sqlite or "decode" not in str(e.orig):
+                raise
+        self._local.tolerant = True
+        try:
+            return read(self, *args, **kwargs)
+        finally:
+            self._local.tolerant = False
+
+    return wrapper
 
 
 def sqlite_url(state_dir: Path) -> str:
@@ -289,27 +370,34 @@ class Store:
         self.sqlite = parsed.get_backend_name() == "sqlite"
         self.postgres = parsed.get_backend_name() == "postgresql"
         self._read = self._engine(parsed, immediate=False)
-        self._write_engine = self._engine(parsed, immediate=True) if self.sqlite else self._read
+        # writes read few rows, so they always replace undecodable text (a recovery never stops on one)
+        self._write_engine = self._engine(parsed, immediate=True, replace_undecodable=True) if self.sqlite else self._read
         with self._write_engine.begin() as conn:
             self._lock(conn)
             Base.metadata.create_all(conn)
             _add_missing_columns(conn)
         self._reads = sessionmaker(self._read, expire_on_commit=False)
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._local = threading.local()  # per thread: is this read the tolerant retry?
+        self._tolerant_engine: Engine | None = None
+        self._tolerant_reads: sessionmaker | None = None
 
     @staticmethod
     def for_state_dir(state_dir: Path) -> Store:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
         return Store(sqlite_url(state_dir))
 
-    def _engine(self, url: URL, immediate: bool) -> Engine:
+    def _engine(self, url: URL, immediate: bool, replace_undecodable: bool = False) -> Engine:
         if not self.sqlite:
-            return create_engine(url, pool_pre_ping=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+            return create_engine(url, pool_pre_ping=True, json_deserializer=_json_or_placeholder)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               json_deserializer=_json_or_placeholder)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record) -> None:  # noqa: ANN001 - DB-API connection
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (below)
+            if replace_undecodable:
+                dbapi_conn.text_factory = _decode_or_replace
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA synchronous=NORMAL")
@@ -327,6 +415,8 @@ class Store:
         self._read.dispose()
         if self._write_engine is not self._read:
             self._write_engine.dispose()
+        if self._tolerant_engine is not None:
+            self._tolerant_engine.dispose()
 
     def _lock(self, conn: Connection | Session) -> None:
         """Make this write transaction wait for any other: SQLite's ``BEGIN IMMEDIATE`` already did;
@@ -342,7 +432,13 @@ class Store:
 
     @contextmanager
     def _r(self) -> Iterator[Session]:
-        with self._reads() as s:
+        reads = self._reads
+        if getattr(self._local, "tolerant", False):
+            if self._tolerant_reads is None:
+                self._tolerant_engine = self._engine(database_url(self.url), immediate=False, replace_undecodable=True)
+                self._tolerant_reads = sessionmaker(self._tolerant_engine, expire_on_commit=False)
+            reads = self._tolerant_reads
+        with reads() as s:
             yield s
 
     # ------------------------------------------------------------------ meta
@@ -366,33 +462,84 @@ class Store:
             s.merge(MetaRow(key=key, value=value))
 
     # ------------------------------------------------------------------ tokens
-    def create_token(self, user: str, admin: bool = False) -> str:
+    def create_token(self, user: str, admin: bool = False, expires_at: float | None = None) -> str:
+        return self.issue_token(user, admin, expires_at)[0]
+
+    def issue_token(self, user: str, admin: bool = False, expires_at: float | None = None) -> tuple[str, TokenView]:
+        """A new token (returned once; only its digest is kept) and how it is listed."""
         token = secrets.token_urlsafe(32)
         with self._w() as s:
-            s.add(TokenRow(user=user, digest=digest(token), admin=admin, created_at=time.time()))
-        return token
+            row = TokenRow(user=user, digest=digest(token), admin=admin, created_at=time.time(), expires_at=expires_at)
+            s.add(row)
+            s.flush()
+            return token, _token(row)
 
-    def authenticate(self, token: str) -> User | None:
+    def authenticate(self, token: str, now: float | None = None) -> User | None:
+        """The token's user if it is known, not revoked and not expired."""
         with self._r() as s:
             row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
-            return None if row is None else User(row.user, row.admin)
+            if row is None or _token(row).state(time.time() if now is None else now) != "active":
+                return None
+            return User(row.user, row.admin)
+
+    def token_state(self, token: str) -> str | None:
+        """Why a token that does not authenticate fails: "revoked", "expired", or None (unknown)."""
+        with self._r() as s:
+            row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
+            return None if row is None else _token(row).state(time.time())
+
+    @tolerant
+    def list_tokens(self, user: str | None = None) -> list[TokenView]:
+        with self._r() as s:
+            q = select(TokenRow).order_by(TokenRow.id)
+            if user is not None:
+                q = q.where(TokenRow.user == user)
+            return [_token(r) for r in s.scalars(q)]
+
+    def get_token(self, token_id: int) -> TokenView | None:
+        if not 0 < token_id <= MAX_ID:
+            return None
+        with self._r() as s:
+            row = s.get(TokenRow, token_id)
+            return None if row is None else _token(row)
+
+    def revoke_token(self, token_id: int, by: str) -> TokenView:
+        """Revoke a token (kept in the list, marked revoked). Raises LastAdmin rather than revoke the
+        only active admin token: nobody could then create tokens through the API."""
+        now = time.time()
+        with self._w() as s:
+            row = s.get(TokenRow, token_id)
+            if row.revoked_at is None:
+                if row.admin and _token(row).state(now) == "active" and self._active_admins(s, now) <= 1:
+                    raise LastAdmin(f"token {token_id} is the only active admin token; create another first")
+                row.revoked_at, row.revoked_by = now, by
+            return _token(row)
+
+    @staticmethod
+    def _active_admins(s: Session, now: float) -> int:
+        q = select(func.count()).select_from(TokenRow).where(
+            TokenRow.admin, TokenRow.revoked_at.is_(None),
+            (TokenRow.expires_at.is_(None)) | (TokenRow.expires_at > now))
+        return s.scalar(q)
 
     def has_admin(self) -> bool:
+        """Is there an admin token that still works (not revoked, not expired)?"""
         with self._r() as s:
-            return s.scalar(select(func.count()).select_from(TokenRow).where(TokenRow.admin)) > 0
+            return self._active_admins(s, time.time()) > 0
 
     # ------------------------------------------------------------------ jobs (API side)
-    def add_job(self, name: str, owner: str, spec: dict, total_steps: int) -> JobView:
+    def add_job(self, name: str, owner: str, spec: dict, total_steps: int, message: str | None = None) -> JobView:
         now = time.time()
         with self._w() as s:
             row = JobRow(name=name, owner=owner, spec=spec, status=JobStatus.QUEUED.value, admitted=False,
                          cancel_requested=False, submitted_at=now, total_steps=total_steps, steps_done=0,
-                         share=0, resizes=0)
+                         share=0, resizes=0, message=message)
             s.add(row)
             s.flush()
             s.add(EventRow(job_id=row.id, at=now, kind="submitted", detail=f"by {owner}"))
             return _job(row)
 
+    @tolerant
     def get_job(self, job_id: int) -> JobView | None:
         if not 0 < job_id <= MAX_ID:  # PostgreSQL would fail the query; SQLite does past 64 bits
             return None
@@ -402,9 +549,13 @@ class Store:
                 return None
             return _job(row, s.get(AllocationRow, job_id))
 
-    def list_jobs(self, owner: str | None = None, limit: int = 1000) -> list[JobView]:
-        """The newest ``limit`` jobs, oldest first. Plain column rows, not ORM objects: listing a
-        thousand jobs is the API's most expensive read, and the identity map would triple its cost."""
+    @tolerant
+    def list_jobs(self, owner: str | None = None, limit: int = 1000, before: int | None = None,
+                  statuses: Sequence[str] = ()) -> list[JobView]:
+        """The newest ``limit`` jobs (with an id below ``before``, in one of ``statuses``), oldest first:
+        a page; the next older page is the one before its first id. Plain column rows, not ORM objects:
+        listing a thousand jobs is the API's most expensive read, and the identity map would triple its
+        cost."""
         j, a = JobRow.__table__.c, AllocationRow.__table__.c
         with self._r() as s:
             q = select(j.id, j.name, j.owner, j.spec, j.status, j.cancel_requested, j.submitted_at, j.started_at,
@@ -413,6 +564,10 @@ class Store:
                            JobRow, AllocationRow, a.job_id == j.id)
             if owner is not None:
                 q = q.where(j.owner == owner)
+            if before is not None:
+                q = q.where(j.id < before)
+            if statuses:
+                q = q.where(j.status.in_(list(statuses)))
             rows = s.execute(q.order_by(j.id.desc()).limit(limit)).all()
             return [JobView(*r[:16], tuple(r[16] or ()), tuple(r[17] or ()), r[18] or 0.0) for r in reversed(rows)]
 
@@ -425,20 +580,29 @@ class Store:
                 s.add(EventRow(job_id=job_id, at=now, kind="cancel-requested", detail=f"by {by}"))
             return _job(row)
 
+    def set_message(self, job_id: int, message: str | None) -> None:
+        """A job's message while it is not finished (why it is held); a terminal job's stays."""
+        with self._w() as s:
+            s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status.not_in(TERMINAL)).values(message=message))
+
+    @tolerant
     def events(self, job_id: int) -> list[EventView]:
         with self._r() as s:
             rows = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
             return [_event(r) for r in rows]
 
+    @tolerant
     def samples(self, job_id: int) -> list[SampleView]:
         with self._r() as s:
             rows = s.scalars(select(SampleRow).where(SampleRow.job_id == job_id).order_by(SampleRow.id))
             return [SampleView(r.at, r.step, r.world_size, r.steps_per_s, r.loss) for r in rows]
 
+    @tolerant
     def allocations(self) -> dict[int, tuple[int, ...]]:
         with self._r() as s:
             return {r.job_id: tuple(r.gpus) for r in s.scalars(select(AllocationRow))}
 
+    @tolerant
     def counts(self) -> dict[str, int]:
         with self._r() as s:
             rows = s.execute(select(JobRow.status, func.count()).group_by(JobRow.status)).all()
@@ -488,6 +652,7 @@ class Store:
         return out
 
     # ------------------------------------------------------------------ jobs (controller side)
+    @tolerant
     def unadmitted(self) -> list[JobView]:
         """Submissions the controller has not taken in yet, oldest first."""
         with self._r() as s:
@@ -499,6 +664,7 @@ class Store:
             with self._w() as s:
                 s.execute(update(JobRow).where(JobRow.id.in_(list(job_ids))).values(admitted=True))
 
+    @tolerant
     def unfinished(self) -> list[JobView]:
         """Every job not yet finished, failed or cancelled (what a restarted controller takes over)."""
         with self._r() as s:
