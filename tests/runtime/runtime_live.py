@@ -52,13 +52,14 @@ def tiny_job(name: str, steps: int, min_gpus: int = 1, max_gpus: int = 4, step_s
 class Server:
     """One ``coddl server start`` process; ``stop`` or ``kill`` it, ``cleanup`` kills its process group."""
 
-    def __init__(self, state_dir: Path, gpus: int = 4, policy: str = "max-min", extra: tuple[str, ...] = (),
+    def __init__(self, state_dir: Path, gpus: int | None = 4, policy: str = "max-min", extra: tuple[str, ...] = (),
                  env: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        cmd = [sys.executable, "-m", "coddl.cli", "server", "start", "--gpus", str(gpus), "--port", str(self.port),
-               "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2", "--checkpoint-s", "2", *extra]
+        cmd = [sys.executable, "-m", "coddl.cli", "server", "start", *(("--gpus", str(gpus)) if gpus else ()),
+               "--port", str(self.port), "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
+               "--checkpoint-s", "2", *extra]
         self.log_path = state_dir / f"server-{self.port}.log"
         tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
         tmp.mkdir(exist_ok=True)

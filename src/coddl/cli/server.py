@@ -43,9 +43,12 @@ def client_session(server: str | None, token: str | None, state_dir: Path | None
 
 
 def server_start(
-    gpus: int = typer.Option(8, "--gpus", help="GPUs (slots) of the local executor"),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (slots) of the local executor (default 8); "
+                                                            "a Ray cluster's are its nodes'"),
     executor: str = typer.Option("local", "--executor", help="local | ray"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="HOST:PORT of the Ray cluster (ray executor)"),
+    ray_connect_timeout_s: float = typer.Option(15.0, "--ray-connect-timeout-s",
+                                                help="give up on an unreachable Ray address after this long"),
     policy: str = typer.Option("afs-p", "--policy", help="scheduling policy, e.g. afs-p or max-min (see `coddl policies`)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
     port: int = typer.Option(8470, "--port", help="port to listen on (0: any free port)"),
@@ -75,7 +78,8 @@ def server_start(
     except ValueError as e:
         raise fail(f"--too-large / --max-body-kib: {e}") from None
     config = ServerConfig(state_dir=state_dir or default_state_dir(), gpus=gpus, executor=executor,
-                          ray_address=ray_address, policy=policy, host=host, port=port, database=database,
+                          ray_address=ray_address, ray_connect_timeout_s=ray_connect_timeout_s, policy=policy,
+                          host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits)
     try:

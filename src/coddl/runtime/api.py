@@ -147,8 +147,8 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
             raise HTTPException(403, "user: only an admin may list another user's jobs")
         if not u.admin:
             owner = u.name
-        rows = store.list_jobs(owner, limit, None if before is None else min(before, MAX_STORE_INT + 1),
-                               _statuses(status))
+        rows = store.list_jobs(owner, limit, before if before is not None and before <= MAX_STORE_INT else None,
+                               _statuses(status))  # a bound past every id is no bound
         return SafeJSONResponse([job_json(j) for j in rows])
 
     @app.get("/jobs/{job_id}", summary="one job with its events and progress samples")

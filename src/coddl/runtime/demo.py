@@ -125,7 +125,7 @@ def _drive(console: Console, client: Client, examples: Path, gpus: int, deadline
             while pending and pending[0].at <= now:
                 client.submit(demo_job(pending.pop(0), examples))
             jobs = client.jobs()
-            live.update(Group(_gpu_line(jobs, gpus), jobs_table(jobs, title=f"t = {now:.0f} s")))
+            live.update(Group(_gpu_line(jobs, gpus), jobs_table(jobs, title=f"t = {now:.0f} s", width=console.width)))
             if not pending and jobs and all(j["terminal"] for j in jobs):
                 return jobs
             if now > deadline_s:

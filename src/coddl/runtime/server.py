@@ -29,6 +29,7 @@ from coddl.runtime.dashboard import mount_dashboard
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 from coddl.runtime.limits import ApiLimits
 from coddl.runtime.metrics import ClusterMetrics, metrics_router
 from coddl.runtime.models import runtime_curves
@@ -37,6 +38,7 @@ from coddl.runtime.store import Store, sqlite_url
 from coddl.scheduler import Scheduler
 
 DEFAULT_POLICY = "afs-p"
+LOCAL_GPUS = 8
 
 log = logging.getLogger("coddl.server")
 
@@ -44,9 +46,10 @@ log = logging.getLogger("coddl.server")
 @dataclass(frozen=True)
 class ServerConfig:
     state_dir: Path = field(default_factory=default_state_dir)
-    gpus: int = 8
+    gpus: int | None = None  # the local executor's GPU slots (default LOCAL_GPUS); a Ray cluster's are its nodes'
     executor: str = "local"  # local | ray
     ray_address: str | None = None
+    ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     policy: str = DEFAULT_POLICY
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
@@ -60,13 +63,19 @@ def make_executor(config: ServerConfig) -> Executor:
     if config.executor == "local":
         from coddl.runtime.executors.local import LocalExecutor
 
-        return LocalExecutor(config.gpus, config.workers)
+        gpus = LOCAL_GPUS if config.gpus is None else config.gpus
+        if gpus < 1:
+            raise ConfigError(f"--gpus must be at least 1, got {gpus}")
+        return LocalExecutor(gpus, config.workers)
     if config.executor == "ray":
-        from coddl.runtime.executors.ray import RayExecutor
-
+        if config.gpus is not None:
+            raise ConfigError("--gpus is the local executor's; a Ray cluster's GPUs are those its nodes were "
+                              "started with (ray start --num-gpus N)")
         if not config.ray_address:
             raise ConfigError("--executor ray needs --ray-address HOST:PORT")
-        return RayExecutor(config.ray_address, config.workers)
+        from coddl.runtime.executors.ray import RayExecutor
+
+        return RayExecutor(config.ray_address, config.workers, config.ray_connect_timeout_s)
     raise ConfigError(f"--executor must be local or ray, got {config.executor!r}")
 
 

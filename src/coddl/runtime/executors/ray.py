@@ -18,7 +18,6 @@ every node.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
@@ -30,6 +29,7 @@ from coddl.elastic.pool import WorkerHandle
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S, connect, split_address
 
 # The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
 # worker bootstrap, which must not run again inside the fork server).
@@ -175,11 +175,13 @@ def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
 class RayExecutor(ElasticExecutor):
     kind = "ray"
 
-    def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings()) -> None:
+    def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings(),
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+        split_address(address)  # a malformed address is refused before Ray is imported
         ray = _import_ray(address)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        ray.init(address=address, namespace="coddl", logging_level=logging.WARNING, log_to_driver=False)
+        connect(ray, address, connect_timeout_s)
         self._ray = ray
         cluster, node_ids = ray_cluster(ray)
         actor = ray.remote(NodeAgent)

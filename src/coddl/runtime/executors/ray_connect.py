@@ -1,0 +1,77 @@
+"""Joining a Ray cluster as its driver, in bounded time and with one-line reasons.
+
+Left alone, ``ray.init(address=...)`` retries for 20 s or more and then raises a ConnectionError
+with Ray's own traceback; for an address that drops packets each try can wait longer still; a cluster
+with token authentication that this process has no token for fails after the same wait, or at once
+with a paragraph. Here the address is checked first (a TCP connection within ``timeout_s``), Ray's
+own retries get the same budget (``RAY_gcs_server_port_wait_time_s``, unless the operator set it),
+and every failure becomes a ConfigError that says what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from types import ModuleType
+
+from coddl.runtime.errors import ConfigError
+
+DEFAULT_CONNECT_TIMEOUT_S = 15.0
+_AUTH_HINT = "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the cluster's token"
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6), or ConfigError."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--ray-address: expected HOST:PORT of the Ray head (its GCS port), got {address!r}")
+    return host, int(port)
+
+
+def probe(address: str, timeout_s: float) -> None:
+    """A TCP connection to the Ray head within ``timeout_s``, or ConfigError saying why not."""
+    host, port = split_address(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except socket.gaierror as e:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: unknown host ({e.strerror})") from None
+    except TimeoutError:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: no answer within {timeout_s:g} s "
+                          f"(--ray-connect-timeout-s)") from None
+    except ConnectionRefusedError:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: nothing listens there (is `ray start "
+                          f"--head` running, and is this its GCS port?)") from None
+    except OSError as e:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def _looks_like_auth(e: BaseException | None) -> bool:
+    """Ray reports a refused token only inside the text of its last connection error."""
+    for _ in range(8):  # the exception and its causes
+        if e is None:
+            return False
+        if "InvalidAuthToken" in str(e) or "Unauthenticated" in str(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def connect(ray: ModuleType, address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+    """``ray.init`` as this process's driver of the cluster at ``address``, or ConfigError."""
+    if timeout_s <= 0:
+        raise ConfigError(f"--ray-connect-timeout-s must be positive, got {timeout_s:g}")
+    probe(address, timeout_s)
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(max(1, round(timeout_s))))
+    try:
+        ray.init(address=address, namespace="coddl", logging_level=logging.WARNING, log_to_driver=False)
+    except ray.exceptions.AuthenticationError:
+        raise ConfigError(f"the Ray cluster at {address} uses token authentication and this server has no "
+                          f"token: {_AUTH_HINT}") from None
+    except (ConnectionError, RuntimeError) as e:
+        if _looks_like_auth(e):
+            raise ConfigError(f"the Ray cluster at {address} refused this server's credentials: {_AUTH_HINT}") from None
+        raise ConfigError(f"cannot connect to the Ray cluster at {address} within {timeout_s:g} s "
+                          f"(--ray-connect-timeout-s): {str(e).splitlines()[0]}") from None
