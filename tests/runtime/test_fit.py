@@ -50,23 +50,27 @@ def test_a_server_holds_too_large_jobs_fails_legacy_rows_and_runs_held_jobs_on_a
     small = Server(state, gpus=2, policy="fifo", extra=hold)
     try:
         for job_id, reason in ((queued, "model: is not valid Unicode"), (running, "steps: must be <= 2147483647")):
-            job = wait_for(lambda: (j := small.job(job_id))["terminal"] and j, 60, f"legacy job {job_id} to end")
+            job = wait_for(lambda: (j := small.job(job_id))["terminal"] and j, 240, f"legacy job {job_id} to end")
             assert job["status"] == "failed" and reason in job["message"], job["message"]
         big = small.submit(tiny_job("big", steps=10, min_gpus=3, max_gpus=3, step_s=0.01))
         gone = small.submit(tiny_job("gone", steps=10, min_gpus=3, max_gpus=3, step_s=0.01))
         after = small.submit(tiny_job("after", steps=10, min_gpus=1, max_gpus=1, step_s=0.01))
         # FIFO: the held jobs came first, yet the one that fits is planned
-        small.wait_job(after, lambda j: any(e["kind"] == "planned" for e in j["events"]), 60, "planned")
+        small.wait_job(after, lambda j: any(e["kind"] == "planned" for e in j["events"]), 240, "planned")
         shown = coddl("show", str(big), env={"CODDL_SERVER": small.url, "CODDL_TOKEN": small.admin_token})
         assert "held: needs 3 GPUs at once and the cluster has 2 GPUs" in " ".join(shown.stdout.split())
         assert small.admin.delete(f"/jobs/{gone}").status_code == 202
-        wait_for(lambda: small.job(gone)["status"] == "cancelled", 60, "the held job cancelled")
+        wait_for(lambda: small.job(gone)["status"] == "cancelled", 240, "the held job cancelled")
         assert small.job(big)["status"] == "queued"
     finally:
         small.cleanup()
     larger = Server(state, gpus=4, policy="fifo", extra=hold)
     try:
-        job = larger.wait_job(big, lambda j: j["status"] == "running", 120, "running on 4 GPUs")
-        assert job["message"] is None and job["share"] == 3
+        def started(j: dict) -> bool:
+            return any(e["kind"] == "planned" and e["action"] == "start" for e in j["events"])
+
+        job = larger.wait_job(big, started, 240, "started on the larger cluster")
+        assert job["message"] is None
+        assert [len(e["gpus_after"]) for e in job["events"] if e["kind"] == "planned"][0] == 3
     finally:
         larger.cleanup()
