@@ -78,7 +78,9 @@ GOOD = "100|alice|vision|gpu|2024-03-04T09:00:00|2024-03-04T09:00:00|2024-03-04T
 
 
 @pytest.mark.parametrize("field_index, value, message", [
-    (4, "yesterday", "bad.sacct:3: Submit: expected a date-time like 2024-03-04T09:00:00, got 'yesterday'"),
+    (4, "yesterday", "bad.sacct:3: Submit: expected a date-time like 2024-03-04T09:00:00, got 'yesterday' "
+                     "(export with SLURM_TIME_FORMAT=standard)"),
+    (6, "soon", "bad.sacct:3: End: expected a date-time like 2024-03-04T09:00:00 or Unknown/None, got 'soon'"),
     (4, "Unknown", "bad.sacct:3: Submit: expected a date-time like 2024-03-04T09:00:00, got 'Unknown'"),
     (5, "Mar 4 09:00", "bad.sacct:3: Start: expected a date-time like 2024-03-04T09:00:00 or Unknown/None, got 'Mar 4 09:00'"),
     (5, "2024-03-04T08:00:00", "bad.sacct:3: Start: 2024-03-04T08:00:00 is before Submit 2024-03-04T09:00:00"),
@@ -115,3 +117,51 @@ def test_a_history_with_nothing_to_replay_says_why(tmp_path):
     with pytest.raises(TraceError, match=r"^idle.sacct: no job to replay: every row was skipped \(1 never started, "
                                          r"1 no GPUs \(CPU-only\)\)$"):
         read_sacct(p)
+
+
+def _one(tmp_path: Path, row: str, header: str = LINES[0]) -> list:
+    p = tmp_path / "one.sacct"
+    p.write_text(f"{header}\n{row}\n")
+    return read_sacct(p).jobs
+
+
+def test_cells_sacct_writes_in_other_ways_read_as_the_same_job(tmp_path):
+    r = _one(tmp_path, "7|u||p|2024-03-04T09:00:00|2024-03-04T09:00:00|2024-03-04T09:10:00|600|cancelled+|"
+                       "gres/gpu=4,gres/gpu:a100=3,gres/gpu:v100=1")[0]
+    assert (r.account, r.state, r.job.num_gpus) == ("(none)", "CANCELLED", 4)  # the total, not the last typed entry
+    r = _one(tmp_path, "8|u|a|p|2024-03-04T09:00:00|2024-03-04T09:00:00|2024-03-04T09:10:00|600|COMPLETED|"
+                       "gres/gpu:a100=2,gres/gpu:v100=1")[0]
+    assert r.job.num_gpus == 3  # typed entries only: their sum
+    assert read_sacct(SAMPLE, tz="utc").jobs == read_sacct(SAMPLE).jobs
+
+
+def test_run_time_is_elapsed_raw_when_given_else_end_minus_start(tmp_path):
+    suspended = "9|u|a|p|2024-03-04T09:00:00|2024-03-04T09:00:00|2024-03-04T10:00:00|{}|COMPLETED|gres/gpu=1"
+    assert _one(tmp_path, suspended.format(1800))[0].job.duration == 1800  # 30 min of the hour suspended
+    assert _one(tmp_path, suspended.format(""))[0].job.duration == 3600
+    no_column = "|".join(c for i, c in enumerate(suspended.format(0).split("|")) if i != 7)
+    assert _one(tmp_path, no_column, LINES[0].replace("|ElapsedRaw", ""))[0].job.duration == 3600
+    instant = "10|u|a|p|2024-03-04T09:00:00|2024-03-04T09:00:00|2024-03-04T09:00:00|0|FAILED|gres/gpu=1"
+    assert _one(tmp_path, instant)[0].job.duration == 1.0  # ended as it started: a one-second job
+
+
+def test_every_skipped_row_is_counted_wherever_it_is(tmp_path):
+    running = "20|u|a|p|2024-03-04T09:00:00|2024-03-04T09:05:00|Unknown|300|RUNNING|gres/gpu=1"
+    cpu = "21|u|a|p|2024-03-04T09:00:00|2024-03-04T09:05:00|2024-03-04T09:06:00|60|COMPLETED|cpu=2"
+    p = tmp_path / "mixed.sacct"
+    p.write_text("\n".join([LINES[0], running, cpu, running.replace("20|", "22|"), cpu.replace("21|", "23|"),
+                            LINES[1]]) + "\n")
+    h = read_sacct(p)
+    assert [r.job.job_id for r in h.jobs] == ["100"]
+    assert h.skipped == {"not ended when exported": 2, "no GPUs (CPU-only)": 2}
+
+
+def test_an_empty_file_and_a_bar_separated_file_of_another_kind(tmp_path):
+    empty = tmp_path / "empty.sacct"
+    empty.write_text("\n\n")
+    with pytest.raises(TraceError, match=r"^empty.sacct:1: header: the file is empty$"):
+        read_sacct(empty)
+    other = tmp_path / "other.csv"
+    other.write_text("a|b\n1|2\n")  # bars, but no JobID: not sacct's
+    with pytest.raises(TraceError, match=r"^other.csv:1: header: unrecognised trace format"):
+        load_trace(str(other))

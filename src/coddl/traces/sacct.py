@@ -112,7 +112,7 @@ def read_sacct(path: str | Path, tz: str = "UTC") -> History:
             continue
         if start < submit:
             fail(f, line, "Start", f"{cell['Start']} is before Submit {cell['Submit']}")
-        if end is None or state in ("RUNNING", "PENDING", "SUSPENDED", "RESIZING"):
+        if end is None:  # still running (or suspended) when sacct ran
             skipped[NOT_ENDED] += 1
             continue
         if end < start:
@@ -133,10 +133,10 @@ def read_sacct(path: str | Path, tz: str = "UTC") -> History:
                    rows=len(table.rows))
 
 
-def parse(path: Path, tz: str = "UTC") -> Parsed:
-    """The replayable jobs as any reader's columns (``load_trace`` of a sacct file: its accounts are
-    the groups ``--vc`` selects)."""
-    jobs = [r.job for r in read_sacct(path, tz).jobs]
+def parse(path: Path) -> Parsed:
+    """The replayable jobs as any reader's columns (``load_trace`` of a sacct file, times in UTC unless
+    they carry an offset: its accounts are the groups ``--vc`` selects)."""
+    jobs = [r.job for r in read_sacct(path).jobs]
     return Parsed([j.job_id for j in jobs], np.array([j.arrival for j in jobs]), np.array([j.num_gpus for j in jobs]),
                   {"duration": [j.duration for j in jobs], "user": [j.user for j in jobs],
                    "group": [j.group for j in jobs]})
