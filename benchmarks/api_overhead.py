@@ -10,7 +10,9 @@ From this process, over one keep-alive connection:
 2. with them all queued, ``--requests`` of each of POST /jobs, GET /jobs/{id}, GET /jobs (every job),
    GET /cluster: p50/p99 latency.
 
-Prints JSON (milliseconds).
+Prints JSON (milliseconds). Beside each phase's wall-clock latencies it reports the server process's
+CPU milliseconds per request (user + system, from /proc via psutil): on a shared machine wall times
+move with everyone else's load, CPU time much less, so compare versions on ``server_cpu_ms``.
 
     python benchmarks/api_overhead.py [--jobs 1000] [--requests 200] [--policy afs-p]
 """
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 
 BLOCKER = '''
 import time
@@ -59,6 +62,11 @@ def percentiles(ms: list[float]) -> dict[str, float]:
     a = np.asarray(ms)
     return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
             "max_ms": round(float(a.max()), 2), "n": len(ms)}
+
+
+def cpu_s(server: psutil.Process) -> float:
+    t = server.cpu_times()
+    return t.user + t.system
 
 
 def timed(fn) -> float:  # noqa: ANN001 - a request
@@ -93,6 +101,8 @@ def main() -> None:
     (state / "blocker.py").write_text(BLOCKER)
     (state / "queued.py").write_text("print('never runs in this benchmark')\n")
     proc, url, token = start_server(state, args.policy)
+    server = psutil.Process(proc.pid)
+    cpu_ms: dict[str, float] = {}
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
             c.post("/jobs", json={"name": "blocker", "command": ["python", str(state / "blocker.py")],
@@ -105,20 +115,26 @@ def main() -> None:
             job = {"name": "queued", "command": ["python", str(state / "queued.py")], "steps": 100, "max_gpus": 1}
 
             submit_ms = []
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_s(server)
             for _ in range(args.jobs):
                 submit_ms.append(timed(lambda: c.post("/jobs", json=job)))
             wall = time.perf_counter() - t0
+            cpu_ms["submissions"] = round(1e3 * (cpu_s(server) - c0) / args.jobs, 3)
             ids = [j["id"] for j in c.get("/jobs", params={"limit": 10000}).json()]
             time.sleep(2.0)  # let the controller admit the queue before measuring under load
 
             rng = np.random.default_rng(0)
-            loaded = {
-                "POST /jobs": [timed(lambda: c.post("/jobs", json=job)) for _ in range(args.requests)],
-                "GET /jobs/{id}": [timed(lambda: c.get(f"/jobs/{int(rng.choice(ids))}")) for _ in range(args.requests)],
-                "GET /jobs": [timed(lambda: c.get("/jobs", params={"limit": 10000})) for _ in range(args.requests)],
-                "GET /cluster": [timed(lambda: c.get("/cluster")) for _ in range(args.requests)],
+            requests = {
+                "POST /jobs": lambda: c.post("/jobs", json=job),
+                "GET /jobs/{id}": lambda: c.get(f"/jobs/{int(rng.choice(ids))}"),
+                "GET /jobs": lambda: c.get("/jobs", params={"limit": 10000}),
+                "GET /cluster": lambda: c.get("/cluster"),
             }
+            loaded = {}
+            for name, request in requests.items():
+                c0 = cpu_s(server)
+                loaded[name] = [timed(request) for _ in range(args.requests)]
+                cpu_ms[name] = round(1e3 * (cpu_s(server) - c0) / args.requests, 3)
             queued = c.get("/cluster").json()["jobs"].get("queued", 0)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -140,6 +156,8 @@ def main() -> None:
                         **percentiles(submit_ms)},
         "with_queued_jobs": queued,
         "latency_under_load": {k: percentiles(v) for k, v in loaded.items()},
+        "server_cpu_ms": cpu_ms,
+        "load_average": os.getloadavg(),
     }, indent=2))
 
 

@@ -1,6 +1,6 @@
-"""A corpus of bad job files through ``coddl submit`` (in-process, against a live API on SQLite): each
-exits 2 with one line naming the file, line and field, no traceback, and the server's jobs, tokens and
-events are as they were. The alias bomb also runs as a real ``coddl submit`` process: it must fail at
+"""A corpus of bad job files through ``coddl submit`` (in-process, against a live API on SQLite and on
+PostgreSQL): each exits 2 with one line naming the file, line and field, no traceback, and the server's
+jobs, tokens and events are as they were. The alias bomb also runs as a real ``coddl submit`` process: it must fail at
 once, where PyYAML's ``safe_load`` plus validation ran into out-of-memory."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from api_server import live_api
+from postgres import BACKENDS, backend_url
 from runtime_live import TINY_JOB
 from typer.testing import CliRunner
 
@@ -77,10 +78,10 @@ def test_the_corpus_has_at_least_20_files():
     assert len(FILES) >= 20 and len({c for c, _, _ in FILES}) == len(FILES)
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory):
+@pytest.fixture(scope="module", params=BACKENDS)
+def api(request, tmp_path_factory):
     state = tmp_path_factory.mktemp("job-files")
-    store = Store.for_state_dir(state)
+    store = Store(backend_url(request, request.param, state))
     with live_api(store, state) as api:
         assert api.clients["alice"].post("/jobs", json={"name": "kept", "command": ["python", str(TINY_JOB)],
                                                         "steps": 10}).status_code == 201

@@ -22,12 +22,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobStatus
 from coddl.runtime.api_tokens import token_routes
-from coddl.runtime.wire import BodyLimit, SafeJSONResponse, json_body, schema_body, text_param
 from coddl.runtime.limits import MAX_STORE_INT, ApiLimits, fit_problem, held_message
 from coddl.runtime.logs import stream_logs
 from coddl.runtime.spec import JobFile, SpecError, parse_job, script_argv
 from coddl.runtime.store import JobView, Store, User
 from coddl.runtime.text import short
+from coddl.runtime.wire import BodyLimit, SafeJSONResponse, json_body, schema_body, text_param
 
 MAX_LIST = 10_000
 STATUSES = tuple(s.value for s in JobStatus)
