@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from runtime_live import EXAMPLES, TINY_JOB, coddl
 
-from coddl.runtime.spec import SpecError, load_job, parse_job
+from coddl.runtime.spec import JobFile, SpecError, load_job, parse_job
 
 BASE = {"name": "j", "command": f"python {TINY_JOB}", "steps": 10}
 
@@ -92,3 +92,19 @@ def test_example_job_files_are_valid(monkeypatch):
     assert files
     for f in files:
         load_job(f)
+
+
+def test_a_stored_spec_is_held_to_what_running_it_needs():
+    """Rules added for new submissions (whole-name matches, printable names, reserved env names) do
+    not fail a job an earlier version accepted and stored; what the store or a worker cannot carry does."""
+    from coddl.runtime.spec import STORED, validate
+
+    old = {**BASE, "name": "j\n", "model": "m\tx", "user": " al", "env": {"CODDL_MINE": "1"},
+           "entrypoint": None}
+    with pytest.raises(SpecError, match="job: name: must be 1-64 letters"):
+        validate(JobFile, old, "job")
+    assert validate(JobFile, old, "stored job", context=STORED).env == {"CODDL_MINE": "1"}
+    with pytest.raises(SpecError, match="stored job: env.X: must not contain a NUL"):
+        validate(JobFile, {**old, "env": {"X": "\x00"}}, "stored job", context=STORED)
+    with pytest.raises(SpecError, match="stored job: steps: must be <= 2147483647"):
+        validate(JobFile, {**old, "steps": 2**40}, "stored job", context=STORED)

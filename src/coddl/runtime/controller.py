@@ -49,7 +49,7 @@ from coddl.runtime.executors.base import (
 )
 from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
-from coddl.runtime.spec import JobFile, SpecError, validate
+from coddl.runtime.spec import STORED, JobFile, SpecError, validate
 from coddl.runtime.store import JobView, ProgressUpdate, Store
 from coddl.scheduler import Scheduler
 
@@ -177,7 +177,7 @@ class Controller:
         """Admit a job, or hold it (it can never fit this cluster), or fail it (its stored spec is not
         a job this version can run: a row from an earlier version); False if it failed."""
         try:
-            spec = validate(JobFile, job.spec, "stored job")
+            spec = validate(JobFile, job.spec, "stored job", context=STORED)
         except SpecError as e:  # accepted by an earlier version, refused by this one
             self.store.finish(job.id, JobStatus.FAILED, time.time(), f"not schedulable: {e}")
             return False

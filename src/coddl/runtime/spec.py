@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from coddl.core.job import JobSpec
@@ -60,6 +60,15 @@ def _count(description: str, *, positive: bool = True) -> Any:
     return Field(None, ge=1 if positive else None, le=MAX_STORE_INT, strict=True, description=description)
 
 
+STORED = {"stored": True}  # validation context of a spec read back from the store
+
+
+def _stored(info: ValidationInfo) -> bool:
+    """A spec an earlier version accepted is held to what running it needs, not to every rule a new
+    submission meets: a stricter name rule must not fail a job that was running before an upgrade."""
+    return bool(info.context and info.context.get("stored"))
+
+
 class StoredInput(BaseModel):
     """A request that the store will keep: text that the store cannot hold or the API cannot send (a
     NUL, a lone surrogate) anywhere in it is refused before any field is looked at, naming where."""
@@ -86,8 +95,7 @@ class JobFile(StoredInput):
                           "words or one shell-quoted string; the script path must be absolute on the server")
     entrypoint: str | None = Field(None, description="instead of command: a `package.module:function` to call")
     args: list[str] = Field(default_factory=list, description="arguments of the entrypoint (sys.argv[1:])")
-    model: str = Field(DEFAULT_MODEL, min_length=1, max_length=MAX_MODEL_CHARS,
-                       description="the model's name for the throughput estimator (a measured curve, or the "
+    model: str = Field(DEFAULT_MODEL, description="the model's name for the throughput estimator (a measured curve, or the "
                                    "default curve for any other name)")
     min_gpus: int = Field(1, ge=1, le=MAX_STORE_INT, strict=True,
                           description="the fewest GPUs the job runs on (all of one GPU type)")
@@ -105,8 +113,8 @@ class JobFile(StoredInput):
 
     @field_validator("name")
     @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
+    def _name(cls, v: str, info: ValidationInfo) -> str:
+        if not _stored(info) and not _NAME.fullmatch(v):
             raise ValueError(f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit, "
                              f"got {short(v)}")
         return v
@@ -124,29 +132,33 @@ class JobFile(StoredInput):
 
     @field_validator("entrypoint")
     @classmethod
-    def _entrypoint(cls, v: str | None) -> str | None:
-        if v is not None and not _ENTRYPOINT.fullmatch(v):
+    def _entrypoint(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not _stored(info) and not _ENTRYPOINT.fullmatch(v):
             raise ValueError(f"must be 'package.module:function', got {short(v)}")
         return v
 
     @field_validator("user")
     @classmethod
-    def _user(cls, v: str | None) -> str | None:
-        problem = None if v is None else user_name_problem(v)
+    def _user(cls, v: str | None, info: ValidationInfo) -> str | None:
+        problem = None if v is None or _stored(info) else user_name_problem(v)
         if problem is not None:
             raise ValueError(problem)
         return v
 
     @field_validator("model")
     @classmethod
-    def _model(cls, v: str) -> str:
-        if not v.strip() or not v.isprintable():
-            raise ValueError(f"must be a printable name, got {short(v)}")
+    def _model(cls, v: str, info: ValidationInfo) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        if not _stored(info) and (len(v) > MAX_MODEL_CHARS or not v.isprintable()):
+            raise ValueError(f"must be a printable name of at most {MAX_MODEL_CHARS} characters, got {short(v)}")
         return v
 
     @field_validator("env")
     @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+    def _env(cls, v: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        if _stored(info):
+            return v
         for k in v:
             if not _ENV_NAME.fullmatch(k):
                 raise ValueError(f"{short(k)} is not a valid environment variable name")
@@ -277,8 +289,6 @@ def describe(err: ErrorDetails, fields: Iterable[str]) -> tuple[str, str]:
         return loc, f"must be an integer, got {got}"
     if kind == "string_type":
         return loc, f"must be text, got {got}"
-    if kind in ("string_too_short", "string_too_long"):
-        return loc, f"must be {ctx.get('min_length', 1)}-{ctx.get('max_length', MAX_MODEL_CHARS)} characters"
     msg = err["msg"]
     return loc, f"{msg[0].lower()}{msg[1:]}, got {got}"
 
@@ -286,13 +296,14 @@ def describe(err: ErrorDetails, fields: Iterable[str]) -> tuple[str, str]:
 M = TypeVar("M", bound=BaseModel)
 
 
-def validate(model: type[M], data: Any, source: str, what: str = "job") -> M:
-    """Validate decoded JSON/YAML against ``model``; raises SpecError with ``source: field: problem``."""
+def validate(model: type[M], data: Any, source: str, what: str = "job", context: dict | None = None) -> M:
+    """Validate decoded JSON/YAML against ``model`` (``context=STORED`` for a spec read back from the
+    store); raises SpecError with ``source: field: problem``."""
     if not isinstance(data, dict):
         kind = _TYPE_NAMES.get(type(data).__name__, type(data).__name__)
         raise SpecError(f"{source}: expected a mapping of {what} fields, got {kind}")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as e:
         field, message = describe(e.errors()[0], model.model_fields)
         raise SpecError(f"{source}: {field}: {message}" if field else f"{source}: {message}", field or None) from None

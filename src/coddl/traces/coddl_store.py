@@ -22,13 +22,14 @@ from coddl.traces.model import TraceError, TraceJob
 NO_PROGRESS = "no progress recorded"
 UNFINISHED = "not ended yet"
 NEVER_STARTED = "never started"
+UNREADABLE = "a stored spec this version cannot read"
 
 
 def read_store(url: str, curves: CurveTable) -> History:
     """The store at SQLAlchemy ``url`` (``sqlite:///…/coddl.db`` or PostgreSQL) as a history;
     ``curves`` are the runtime's (``coddl.runtime.models.runtime_curves``)."""
     from coddl.runtime.models import curve_for
-    from coddl.runtime.spec import JobFile
+    from coddl.runtime.spec import STORED, JobFile, SpecError, validate
     from coddl.runtime.store import TERMINAL, Store
 
     try:
@@ -44,7 +45,7 @@ def read_store(url: str, curves: CurveTable) -> History:
                 e = le.event
                 held[e.job_id].append((e.at, len(e.gpus_after or ()) if e.kind == "planned" else 0))
             after = batch[-1].id
-        skipped = {NEVER_STARTED: 0, UNFINISHED: 0, NO_PROGRESS: 0}
+        skipped = {NEVER_STARTED: 0, UNFINISHED: 0, NO_PROGRESS: 0, UNREADABLE: 0}
         jobs: list[RecordedJob] = []
         changes: list[tuple[float, int]] = []
         for j in rows:
@@ -54,7 +55,11 @@ def read_store(url: str, curves: CurveTable) -> History:
             if not j.terminal or j.finished_at is None:
                 skipped[UNFINISHED] += 1
                 continue
-            spec = JobFile.model_validate(j.spec)
+            try:
+                spec = validate(JobFile, j.spec, f"job {j.id}", context=STORED)
+            except SpecError:
+                skipped[UNREADABLE] += 1
+                continue
             m = curves.index[curve_for(curves, spec.model)]
             ratios = [s.steps_per_s / curves.rate[m, min(s.world_size, curves.kmax)]
                       for s in store.samples(j.id) if s.steps_per_s > 0 and s.world_size >= 1]
