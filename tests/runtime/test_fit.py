@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import pytest
 from api_server import live_api
-from runtime_live import Server, coddl, tiny_job, wait_for
+from runtime_live import TINY_JOB, Server, coddl, tiny_job, wait_for
 from test_legacy_rows import SPEC, insert_job, spec_sql
+from typer.testing import CliRunner
 
+from coddl.cli.main import app
 from coddl.core.cluster import Cluster, Node
 from coddl.runtime.limits import ApiLimits, fit_problem
 from coddl.runtime.store import Store, sqlite_url
@@ -34,6 +36,10 @@ def test_hold_accepts_the_job_with_the_reason_as_its_message(tmp_path):
         assert r.json()["message"] == ("held: needs 5 GPUs at once and the cluster has 4 GPUs; it waits for a "
                                        "larger cluster")
         assert api.clients["alice"].post("/jobs", json=tiny_job("fits", 10, min_gpus=4)).json()["message"] is None
+        (tmp_path / "big.yaml").write_text(f"name: big\ncommand: python {TINY_JOB}\nsteps: 10\nmin_gpus: 6\n")
+        r = CliRunner().invoke(app, ["submit", str(tmp_path / "big.yaml"), "--server", api.url,
+                                     "--token", api.tokens["bob"]])
+        assert r.exit_code == 0 and "held: needs 6 GPUs at once and the cluster has 4 GPUs" in " ".join(r.output.split())
     store.close()
 
 

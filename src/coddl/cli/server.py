@@ -99,7 +99,9 @@ def submit(job_file: Path = typer.Argument(..., help="job YAML"), server: Option
         raise fail(str(e)) from None
     with client_session(server, token, state_dir) as c:
         row = c.submit(job)
-    console.print(f"submitted job [bold]{row['id']}[/bold] ({row['name']}, user {row['owner']})")
+    console.print(f"submitted job [bold]{row['id']}[/bold] ({escape(row['name'])}, user {escape(row['owner'])})")
+    if row.get("message"):  # held: it can never fit this cluster
+        console.print(f"[yellow]{escape(row['message'])}[/yellow]")
 
 
 def jobs(user: Optional[str] = typer.Option(None, "--user", help="only this user's jobs (admins: anyone's)"),
