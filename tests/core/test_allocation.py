@@ -1,4 +1,8 @@
-from coddl.core.allocation import ActionKind, Allocation, classify, diff
+from coddl.core import Cluster, JobSpec
+from coddl.core.allocation import ActionKind, classify
+from coddl.perf.curves import CurveTable
+from coddl.policies import make_policy
+from coddl.scheduler import Scheduler
 
 
 def test_classify_each_kind():
@@ -11,9 +15,20 @@ def test_classify_each_kind():
     assert classify((1, 2), (1, 2), ever_ran=True) is None
 
 
-def test_diff_lists_only_changed_jobs_in_id_order():
-    cur = Allocation({"a": (0, 1), "b": (2,), "c": (3,)})
-    tgt = Allocation({"a": (0, 1), "b": (2, 4), "d": (5,)})
-    plan = diff(cur, tgt, ever_ran={"a", "b", "c"})
-    assert [(x.kind, x.job_id) for x in plan] == [
-        (ActionKind.GROW, "b"), (ActionKind.SUSPEND, "c"), (ActionKind.START, "d")]
+def test_a_step_plans_only_the_jobs_whose_gpus_change():
+    """FIFO on 4 GPUs: a and b (2 each) start; when a finishes and c (1) and d (1) arrive, the plan
+    starts c and d on a's GPUs and says nothing about b, which keeps its own."""
+    curves = CurveTable.from_points({"m": {1: 1.0, 2: 2.0, 4: 4.0}})
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("fifo"), curves)
+    for jid, req in (("a", 2), ("b", 2)):
+        s.submit(JobSpec(jid, 0.0, req, 100.0, "m"), 0.0)
+    first = s.step(0.0).plan
+    assert [(x.kind, x.job_id, len(x.new)) for x in first] == [(ActionKind.START, "a", 2), (ActionKind.START, "b", 2)]
+    b_gpus = s.allocation.gpus["b"]
+    s.complete("a", 10.0)
+    for jid in ("c", "d"):
+        s.submit(JobSpec(jid, 10.0, 1, 100.0, "m"), 10.0)
+    second = s.step(10.0).plan
+    assert sorted((x.kind, x.job_id) for x in second) == [(ActionKind.START, "c"), (ActionKind.START, "d")]
+    assert {g for x in second for g in x.new} == set(range(4)) - set(b_gpus)
+    assert s.allocation.gpus["b"] == b_gpus

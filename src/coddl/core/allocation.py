@@ -49,9 +49,6 @@ class Plan:
     def __iter__(self):
         return iter(self.actions)
 
-    def by_kind(self, kind: ActionKind) -> list[Action]:
-        return [a for a in self.actions if a.kind is kind]
-
 
 @dataclass(slots=True)
 class Allocation:
@@ -82,19 +79,3 @@ def classify(old: Gpus, new: Gpus, ever_ran: bool) -> ActionKind | None:
         return ActionKind.SHRINK
     return ActionKind.MIGRATE
 
-
-def diff(current: Allocation, target: Allocation, ever_ran: set[JobId] | None = None,
-         jobs: set[JobId] | None = None) -> Plan:
-    """The actions that turn ``current`` into ``target``; ``jobs`` restricts the diff to jobs known
-    to have changed (the scheduler's fast path), otherwise every job in either allocation is checked."""
-    ran = ever_ran or set()
-    candidates = jobs if jobs is not None else (current.gpus.keys() | target.gpus.keys())
-    actions = []
-    for j in sorted(candidates):
-        old = current.gpus.get(j, ())
-        new = target.gpus.get(j, ())
-        kind = classify(old, new, j in ran)
-        if kind is not None:
-            cores = target.cores.get(j, ())
-            actions.append(Action(kind, j, old, new, len(cores), cores))
-    return Plan(actions)

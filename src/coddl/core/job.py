@@ -40,7 +40,6 @@ class JobSpec:
     model: str
     min_gpus: int = 1
     max_gpus: int | None = None
-    cpus_per_gpu: float | None = None
     min_cpus: int | None = None
     max_cpus: int | None = None
     user: str = "default"
@@ -59,7 +58,3 @@ class JobSpec:
             raise ValueError(f"job {self.job_id}: min_gpus must be >= 1, got {self.min_gpus}")
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
             raise ValueError(f"job {self.job_id}: max_gpus {self.max_gpus} < min_gpus {self.min_gpus}")
-
-    @property
-    def elastic_max(self) -> int:
-        return self.max_gpus if self.max_gpus is not None else self.requested_gpus

@@ -1,25 +1,30 @@
 """Policy registry: name → class, and parsing of ``name:key=value,...`` specs from the CLI.
 
-A new policy registers itself with ``@register`` in its own module; the engine never changes.
+Adding a policy touches one file: a module in ``coddl/policies/`` whose class carries ``@register``
+is found by scanning the package, so neither this registry nor the engine changes. A third-party
+package adds one the same way from outside the tree, by naming its module under the
+``coddl.policies`` entry-point group in its own ``pyproject.toml``::
+
+    [project.entry-points."coddl.policies"]
+    my-policy = "my_package.my_policy"
+
+Loading the module runs its ``@register``; the entry point's name is only a label.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
+import pkgutil
 import typing
 from typing import Any
 
 from coddl.policies.base import Policy
 
 _REGISTRY: dict[str, type[Policy]] = {}
-_BUILTIN_MODULES = (
-    "coddl.policies.fifo", "coddl.policies.srtf", "coddl.policies.maxmin", "coddl.policies.gavel",
-    "coddl.policies.afs_l", "coddl.policies.afs_p", "coddl.policies.srsf", "coddl.policies.tiresias",
-    "coddl.policies.gittins", "coddl.policies.optimus", "coddl.policies.themis",
-    "coddl.policies.aiturbo",
-)
-_EXTRA_MODULES: list[str] = []
+ENTRY_POINT_GROUP = "coddl.policies"
+_loaded = False
 
 
 class PolicySpecError(ValueError):
@@ -27,17 +32,32 @@ class PolicySpecError(ValueError):
 
 
 def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make ``cls`` available under ``cls.name``. Two different classes claiming one
+    name is an error, not a silent override (a plug-in must not replace a built-in by accident)."""
+    held = _REGISTRY.get(cls.name)
+    if held is not None and (held.__module__, held.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise PolicySpecError(f"policy name {cls.name!r} is taken by {held.__module__}.{held.__qualname__}; "
+                              f"{cls.__module__}.{cls.__qualname__} must use another")
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def _load() -> None:
-    for mod in (*_BUILTIN_MODULES, *_EXTRA_MODULES):
+    """Import every module of this package, then every module named under the entry-point group
+    (once per process: registration is a side effect of the import)."""
+    global _loaded
+    if _loaded:
+        return
+    import coddl.policies as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{package.__name__}.{info.name}")
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
-            importlib.import_module(mod)
-        except ModuleNotFoundError as e:  # a policy module not present in this build
-            if e.name != mod:
-                raise
+            importlib.import_module(ep.value.partition(":")[0])
+        except ImportError as e:  # a broken plug-in names itself instead of hiding every policy
+            raise PolicySpecError(f"policy plug-in {ep.name!r} ({ep.value}) cannot be imported: {e}") from None
+    _loaded = True
 
 
 def available() -> dict[str, type[Policy]]:
@@ -45,10 +65,7 @@ def available() -> dict[str, type[Policy]]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def _convert(field: dataclasses.Field, raw: str, policy: str) -> Any:
-    typ = field.type
-    if isinstance(typ, str):
-        typ = eval(typ, vars(typing))  # noqa: S307 - annotations of our own dataclasses
+def _convert(field: dataclasses.Field, typ: Any, raw: str, policy: str) -> Any:
     origin = typing.get_origin(typ)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         args = [a for a in typing.get_args(typ) if a is not type(None)]
@@ -82,6 +99,7 @@ def make_policy(spec: str) -> Policy:
         raise PolicySpecError(f"unknown policy {name!r}; valid policies: {', '.join(pols)}")
     cls = pols[name]
     fields = {f.name: f for f in dataclasses.fields(cls.Params)}
+    hints = typing.get_type_hints(cls.Params)  # resolves ``from __future__ import annotations`` strings
     values: dict[str, Any] = {}
     pairs = [p for p in rest.split(";") if p] if ";" in rest else [p for p in rest.split("+") if p]
     for pair in pairs:
@@ -98,7 +116,7 @@ def make_policy(spec: str) -> Policy:
         if key not in fields:
             valid = ", ".join(fields) or "none"
             raise PolicySpecError(f"{name}: unknown parameter {key!r}; valid parameters: {valid}")
-        values[key] = _convert(fields[key], raw.strip(), name)
+        values[key] = _convert(fields[key], hints[key], raw.strip(), name)
     return cls(cls.Params(**values))
 
 
