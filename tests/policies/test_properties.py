@@ -89,3 +89,23 @@ def test_job_that_cannot_fit_gets_nothing(policy: str) -> None:
     sched.submit(JobSpec("big", 0.0, 3, 100.0, m, min_gpus=3 if pol.elastic else 1, max_gpus=3), 0.0)
     out = sched.policy.allocate(sched.context(0.0))
     assert np.asarray(out.gpus if isinstance(out, Shares) else out).tolist() == [0]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), jobs=st.integers(1, 25), gpus=st.integers(1, 48),
+       progress=st.floats(0.0, 500.0))
+def test_no_gpu_idles_while_a_waiting_job_fits(policy: str, seed: int, jobs: int, gpus: int,
+                                               progress: float) -> None:
+    """Work conservation, the property a stub policy (nothing, or the first job only) fails: after
+    the decision, no job left waiting could have started in the GPUs left free — at its minimum
+    for an elastic policy, at its request for a rigid one."""
+    sched, now = scheduler(policy, seed, jobs=jobs, gpus=gpus, progress=progress)
+    ctx = sched.context(now)
+    out = sched.policy.allocate(ctx)
+    g = np.asarray(out.gpus if isinstance(out, Shares) else out)
+    j = ctx.jobs
+    need = j.min_gpus if sched.policy.elastic else j.requested
+    free = ctx.capacity - int(g.sum())
+    waiting = np.flatnonzero(g == 0)
+    assert not (need[waiting] <= free).any(), (free, need[waiting].tolist())

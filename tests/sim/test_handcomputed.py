@@ -53,14 +53,19 @@ def test_srtf_counts_the_preemption_as_a_reconfiguration(linear_curves):
 
 
 def test_in_place_reconfiguration_pauses_without_losing_work(linear_curves):
-    """Under max-min every resize pauses the job; JCTs grow but each job still does all its work."""
+    """Max-min, x (40 it) alone from t=0, y (8 it) arriving at t=4; every in-place action pauses the
+    job for regroup 0.5 s (none for a start) plus one step 1/P(k) s (state transfer ~0 at 1e9 GB/s):
+      x starts on 4 GPUs: paused 0–0.25, 15 it done by 4; shrinks to 2: paused 4–5 (0.5 + 1/2).
+      y starts on 2: paused 4–4.5, runs 8 it at 2/s, ends 8.5 (JCT 4.5); x did 7 more in 5–8.5.
+      x grows back to 4: paused 8.5–9.25 (0.5 + 1/4), 18 it left at 4/s: ends 13.75.
+    For free reconfiguration the same trace gives x 12 and y 4."""
+    specs = [JobSpec("x", 0.0, 4, 40.0, "lin", max_gpus=4), JobSpec("y", 4.0, 2, 8.0, "lin", max_gpus=4)]
     cost = ReconfigCost("in-place", regroup_s=0.5, state_gbps=1e9, warm_start_s=0.0)
-    zero = simulate(SPECS, Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), linear_curves), check=True)
-    paid = simulate(SPECS, Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), linear_curves), cost,
+    zero = simulate(specs, Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), linear_curves), check=True)
+    paid = simulate(specs, Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), linear_curves), cost,
                     check=True)  # check=True asserts ∫ rate dt == work for every job
-    z = {r.spec.job_id: r.jct for r in zero.records}
-    p = {r.spec.job_id: r.jct for r in paid.records}
-    assert all(p[j] > z[j] for j in z)
+    assert {r.spec.job_id: r.jct for r in zero.records} == pytest.approx({"x": 12.0, "y": 4.0})
+    assert {r.spec.job_id: r.jct for r in paid.records} == pytest.approx({"x": 13.75, "y": 4.5})
 
 
 def test_a_start_pays_the_first_step_and_nothing_else_in_place(linear_curves):
