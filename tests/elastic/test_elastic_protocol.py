@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from coddl.elastic.coordinator import Coordinator
+from coddl.elastic.kvstore import KVClient
 from coddl.elastic.protocol import GENERATION_KEY, Membership, Progress, WorkerEnv, membership_key, split_addr
 
 
 def test_worker_env_round_trips_through_the_environment() -> None:
-    env = WorkerEnv(store_addr="10.0.0.5:2900", job_id="j", worker_id="w3", generation=4, job_dir=Path("/tmp/j"),
+    env = WorkerEnv(store_addr="10.0.0.5:2900", store_key=b"\x01" * 32, job_id="j", worker_id="w3", generation=4, job_dir=Path("/tmp/j"),
                     pg_timeout_s=12.0, checkpoint_s=5.0, report_s=0.1, seed=3, verify=True)
     assert WorkerEnv.from_environ(env.to_environ()) == env
     standalone = WorkerEnv.from_environ({})
-    assert standalone.store_addr is None and standalone.job_dir is None and standalone.generation == 1
+    assert standalone.store_addr is None and standalone.store_key is None and standalone.job_dir is None
+    assert standalone.generation == 1
 
 
 def test_split_addr() -> None:
@@ -37,7 +39,7 @@ def test_records_round_trip() -> None:
 def test_coordinator_posts_memberships_a_worker_can_read() -> None:
     coordinator = Coordinator()
     host, port = split_addr(coordinator.address)
-    worker = dist.TCPStore(host, port, is_master=False)
+    worker = KVClient(host, port, coordinator.secret, datetime.timedelta(seconds=5))
     assert worker.add(GENERATION_KEY, 0) == 0
     coordinator.post(["w0", "w1"], "start")
     second = coordinator.post(["w0"], "failure")

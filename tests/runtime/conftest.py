@@ -8,12 +8,26 @@ set), where a missing server is a failure rather than a silently smaller suite."
 from __future__ import annotations
 
 import os
+import pwd
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from postgres import BACKENDS, PostgresServer, PostgresUnavailable, backend_url
 from runtime_live import Server
+
+
+@pytest.fixture(scope="session", autouse=True)
+def job_accounts() -> Iterator[None]:
+    """A root server creates a Unix account per coddl user (``coddl-NAME``): remove the ones this
+    session created, so that the machine ends as it began."""
+    before = {p.pw_name for p in pwd.getpwall()}
+    yield
+    if os.geteuid() == 0:
+        for p in pwd.getpwall():
+            if p.pw_name.startswith("coddl-") and p.pw_name not in before:
+                subprocess.run(["userdel", p.pw_name], capture_output=True)
 
 
 @pytest.fixture

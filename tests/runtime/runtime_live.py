@@ -4,12 +4,16 @@ its own process group so that teardown kills exactly what the test started."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -17,8 +21,27 @@ from typing import Any, Callable
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-TINY_JOB = Path(__file__).resolve().parent / "tiny_job.py"
+
+
+def readable(path: Path) -> Path:
+    """``path``, or a copy every account can read when it is not (a checkout under a private /root):
+    a job runs as its owner's account, and its /tmp is its own, so the copy goes to /var/tmp."""
+    parents_open = all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+    if parents_open and all(p.stat().st_mode & stat.S_IROTH for p in path.rglob("*") if p.is_file()) \
+            if path.is_dir() else parents_open and path.stat().st_mode & stat.S_IROTH:
+        return path
+    base = Path(tempfile.mkdtemp(prefix="coddl-test-scripts-", dir="/var/tmp"))
+    atexit.register(shutil.rmtree, base, True)
+    os.chmod(base, 0o755)
+    copy = base / path.name
+    (shutil.copytree if path.is_dir() else shutil.copy)(path, copy)
+    for p in [copy, *copy.rglob("*")] if copy.is_dir() else [copy]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return copy
+
+
+EXAMPLES = readable(REPO / "examples")
+TINY_JOB = readable(Path(__file__).resolve().parent / "tiny_job.py")
 
 
 def free_port() -> int:
@@ -38,9 +61,10 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         time.sleep(interval)
 
 
-def coddl(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the ``coddl`` CLI as a user would (a fresh interpreter)."""
-    return subprocess.run([sys.executable, "-m", "coddl.cli", *args], capture_output=True, text=True,
+def coddl(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+          prefix: tuple[str, ...] = (sys.executable,)) -> subprocess.CompletedProcess:
+    """Run the ``coddl`` CLI as a user would (a fresh interpreter; ``prefix`` may run it as another user)."""
+    return subprocess.run([*prefix, "-m", "coddl.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {}), "COLUMNS": "200"}, timeout=timeout)
 
 
@@ -50,27 +74,40 @@ def tiny_job(name: str, steps: int, min_gpus: int = 1, max_gpus: int = 4, step_s
 
 
 class Server:
-    """One ``coddl server start`` process; ``stop`` or ``kill`` it, ``cleanup`` kills its process group."""
+    """One ``coddl server start`` process; ``stop`` or ``kill`` it, ``cleanup`` kills its process group.
+
+    ``python`` is the interpreter command (``setpriv ... python`` runs the server as another user:
+    ``setpriv`` execs, so the server keeps the pid the test started); ``wait=False`` returns once it
+    is started, for tests that start servers side by side (then call ``ready``)."""
 
     def __init__(self, state_dir: Path, gpus: int | None = 4, policy: str = "max-min", extra: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, python: tuple[str, ...] = (sys.executable,),
+                 wait: bool = True) -> None:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
+        self.python = python
         self.port = free_port()
-        cmd = [sys.executable, "-m", "coddl.cli", "server", "start", *(("--gpus", str(gpus)) if gpus else ()),
+        cmd = [*python, "-m", "coddl.cli", "server", "start", *(("--gpus", str(gpus)) if gpus else ()),
                "--port", str(self.port), "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
                "--checkpoint-s", "2", *extra]
-        self.log_path = state_dir / f"server-{self.port}.log"
-        tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
-        tmp.mkdir(exist_ok=True)
+        self.log_path = state_dir.parent / f"server-{self.port}.log"
+        self.tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
+        self.tmp.mkdir(exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env={**os.environ, "TMPDIR": str(tmp), **(env or {})}, start_new_session=True)
+                                         env={**os.environ, "TMPDIR": str(self.tmp), **(env or {})},
+                                         start_new_session=True)
         self.pgid = self.proc.pid
         self.url = f"http://127.0.0.1:{self.port}"
+        self.admin: httpx.Client | None = None
+        if wait:
+            self.ready()
+
+    def ready(self) -> Server:
         wait_for(self._ready, 180, f"the server on port {self.port} (log: {self.log_path})", interval=0.5)
-        self.admin_token = json.loads((state_dir / "client.json").read_text())["token"]
+        self.admin_token = json.loads((self.state_dir / "client.json").read_text())["token"]
         self.admin = self.client(self.admin_token)
+        return self
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
@@ -88,7 +125,8 @@ class Server:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def token(self, user: str, admin: bool = False) -> str:
-        r = coddl("token", "create", user, *(["--admin"] if admin else []), "--state-dir", str(self.state_dir))
+        r = coddl("token", "create", user, *(["--admin"] if admin else []), "--state-dir", str(self.state_dir),
+                  prefix=self.python)
         assert r.returncode == 0, r.stderr
         return r.stdout.strip()
 
@@ -126,7 +164,8 @@ class Server:
                 self.proc.wait()
 
     def cleanup(self) -> None:
-        self.admin.close()
+        if self.admin is not None:
+            self.admin.close()
         self.stop()
         try:
             os.killpg(self.pgid, signal.SIGKILL)

@@ -1,6 +1,6 @@
-"""The real system's commands: ``server start``, ``submit``, ``jobs``, ``show``, ``logs``, ``cancel``,
-``cluster status`` and ``demo`` (``token`` is ``coddl.cli.tokens``). ``register(app)`` adds them to the
-``coddl`` app.
+"""The real system's commands: ``server start``/``stop``, ``submit``, ``jobs``, ``show``, ``logs``,
+``cancel``, ``cluster status`` and ``demo`` (``token`` is ``coddl.cli.tokens``). ``register(app)`` adds
+them to the ``coddl`` app.
 
 Client commands find the server and token from ``--server``/``--token``, ``CODDL_SERVER``/
 ``CODDL_TOKEN`` or the state directory's ``client.json`` (see ``coddl.runtime.client``). User
@@ -60,14 +60,22 @@ def server_start(
     too_large: str = typer.Option("refuse", "--too-large",
                                   help="a job needing more GPUs than the cluster has: refuse (422) or hold (queued "
                                        "with the reason, for a server restarted on a larger cluster)"),
+    lease_s: float = typer.Option(15.0, "--lease-s",
+                                  help="how long the database stays this server's after it stops renewing "
+                                       "(a paused VM); then another server may take over"),
+    unsafe_no_isolation: bool = typer.Option(
+        False, "--unsafe-no-isolation",
+        help="run jobs with the server's own privileges: any job can read the tokens, the database and every "
+             "other job (only for a single-user machine that cannot sandbox)"),
 ) -> None:
-    """Run the scheduler, its workers and the REST API until interrupted (jobs resume on the next start)."""
+    """Run the scheduler, its workers and the REST API until `coddl server stop` or ^C (jobs resume on the next start)."""
     import logging
 
     from coddl.policies.registry import PolicySpecError
     from coddl.runtime.controller import ControllerSettings
     from coddl.runtime.errors import ConfigError
     from coddl.runtime.executors.driver import ExecutorSettings
+    from coddl.runtime.lease import LeaseLost
     from coddl.runtime.limits import ApiLimits
     from coddl.runtime.paths import default_state_dir
     from coddl.runtime.server import ServerConfig, serve
@@ -81,11 +89,63 @@ def server_start(
                           ray_address=ray_address, ray_connect_timeout_s=ray_connect_timeout_s, policy=policy,
                           host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s),
-                          workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits)
+                          workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
+                          isolate=not unsafe_no_isolation)
+    if unsafe_no_isolation:
+        err_console.print("[bold red]warning:[/bold red] --unsafe-no-isolation: every job runs with the server's "
+                          "privileges and can read its tokens, its database and every other job")
     try:
-        serve(config, announce=console.print)
+        serve(config, announce=console.print, step=_startup_step)
     except (ConfigError, PolicySpecError) as e:
         raise fail(str(e)) from None
+    except LeaseLost as e:
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+@contextmanager
+def _startup_step(what: str) -> Iterator[None]:
+    """One step of the server's start-up: a spinner while it runs, then a line with its duration."""
+    import time
+
+    t0 = time.perf_counter()
+    with console.status(f"{what}…"):
+        yield
+    console.print(f"[green]✓[/green] {escape(what)} [dim]({time.perf_counter() - t0:.1f} s)[/dim]")
+
+
+def server_stop(state_dir: Optional[Path] = StateOpt,
+                timeout_s: float = typer.Option(120.0, "--timeout-s",
+                                                help="how long to wait for the jobs to checkpoint and stop")) -> None:
+    """Stop the server of a state directory gracefully (each job checkpoints; they resume at the next start)."""
+    import os
+    import signal
+    import time
+
+    from coddl.runtime.lease import is_locked, lock_holder
+    from coddl.runtime.paths import default_state_dir
+
+    sd = state_dir or default_state_dir()
+    pid = lock_holder(sd)
+    if pid is None:
+        err_console.print(f"[red]error:[/red] no coddl server is running on {escape(str(sd))}", soft_wrap=True)
+        raise typer.Exit(1)
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        err_console.print(f"[red]error:[/red] no coddl server is running on {escape(str(sd))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+    except PermissionError:
+        raise fail(f"the server of {sd} (pid {pid}) belongs to another user") from None
+    t0 = time.monotonic()
+    with console.status(f"stopping the server (pid {pid}): jobs checkpoint and their workers exit…"):
+        while is_locked(sd):
+            if time.monotonic() - t0 > timeout_s:
+                err_console.print(f"[red]error:[/red] the server (pid {pid}) is still stopping after "
+                                  f"{timeout_s:.0f} s; see its log", soft_wrap=True)
+                raise typer.Exit(1)
+            time.sleep(0.2)
+    console.print(f"stopped the server of {sd} (pid {pid}) in {time.monotonic() - t0:.1f} s")
 
 
 def submit(job_file: Path = typer.Argument(..., help="job YAML"), server: Optional[str] = ServerOpt,
@@ -184,6 +244,7 @@ def register(app: typer.Typer) -> None:
     server_app = typer.Typer(help="run the coddl server", no_args_is_help=True, add_completion=False,
                              pretty_exceptions_enable=False)
     server_app.command("start")(server_start)
+    server_app.command("stop")(server_stop)
     app.add_typer(server_app, name="server")
     for name, fn in (("submit", submit), ("jobs", jobs), ("show", show), ("logs", logs), ("cancel", cancel),
                      ("demo", demo)):

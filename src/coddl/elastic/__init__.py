@@ -16,7 +16,7 @@ An executor, for one job on this host::
     job = ElasticJob(JobConfig("j1", "examples/train_mlp.py", Path("runs/j1")), WorkerPool())
     job.start([0, 1]); job.resize([0, 1, 2, 3]); job.poll(); job.stop()
 
-The protocol between the two (env vars, TCPStore keys) is documented in ``coddl.elastic.protocol``.
+The protocol between the two (env vars, store keys) is documented in ``coddl.elastic.protocol``.
 """
 
 from coddl.elastic.coordinator import Coordinator

@@ -1,4 +1,4 @@
-"""The coordinator half of the protocol (see ``coddl.elastic.protocol``): hosts the job's TCPStore,
+"""The coordinator half of the protocol (see ``coddl.elastic.protocol``): hosts the job's store,
 posts memberships and reads what the workers report. It starts no processes, so the same object serves
 the local ``ElasticJob`` and a multi-node executor whose workers live elsewhere.
 """
@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Sequence
 
-import torch.distributed as dist
-
+from coddl.elastic.failure import Failure, failure_key
+from coddl.elastic.kvstore import KVServer, KVState, LocalStore, new_secret
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
@@ -26,19 +26,28 @@ from coddl.elastic.protocol import (
 
 
 class Coordinator:
-    """Owner of one job's long-lived TCPStore; ``address`` is what workers put in CODDL_STORE_ADDR.
+    """Owner of one job's long-lived store (``coddl.elastic.kvstore``).
 
-    The server listens on every interface; ``host`` is the name workers use to reach it.
+    The store listens on ``host`` only — loopback for a job on this host, the cluster interface when
+    workers run on other nodes — and serves only clients holding ``secret``: ``address`` and
+    ``secret`` are what the job's workers receive (CODDL_STORE_ADDR, CODDL_STORE_KEY). With
+    ``serve=False`` nothing listens (a standalone session of one worker uses ``store`` in process).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0) -> None:
-        self.store = dist.TCPStore(
-            host, port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout_s)
-        )
-        self.address = f"{host}:{self.store.port}"
-        self._lock = threading.Lock()  # the store client is shared by the caller and a monitor thread
+    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 30.0, serve: bool = True) -> None:
+        self.secret = new_secret()
+        self.state = KVState()
+        self.store = LocalStore(self.state, datetime.timedelta(seconds=timeout_s))
+        self._server = KVServer(self.state, self.secret, host) if serve else None
+        self.address = self._server.address if self._server is not None else None
+        self._lock = threading.Lock()  # posting and announcing happen in order, from several threads
         self._membership = Membership(0, (), "none")
         self.store.add(GENERATION_KEY, 0)
+
+    def close(self) -> None:
+        """Stop serving; connected workers see their store go away."""
+        if self._server is not None:
+            self._server.close()
 
     @property
     def membership(self) -> Membership:
@@ -50,7 +59,6 @@ class Coordinator:
         with self._lock:
             m = Membership(self._membership.generation + 1, tuple(members), reason)
             self.store.set(membership_key(m.generation), m.dumps())
-            self._written()
             self._membership = m
         if announce:
             self.announce(m)
@@ -60,23 +68,13 @@ class Coordinator:
         """Running ranks switch to ``membership`` at their next step boundary."""
         with self._lock:
             self.store.set(GENERATION_KEY, str(membership.generation))
-            self._written()
-
-    def _written(self) -> None:
-        """Return only once the store has applied our writes. A TCPStore ``set`` sends without waiting
-        for a reply, and the server serves each connection in turn, so a worker asking just after
-        ``post`` returned could otherwise still read the old generation. Any request that answers on
-        this connection comes after the writes before it."""
-        self.store.check([GENERATION_KEY])
 
     def arrived(self, generation: int) -> int:
         """How many workers started for ``generation`` are ready to join it."""
-        with self._lock:
-            return self.store.add(arrived_key(generation), 0)
+        return self.store.add(arrived_key(generation), 0)
 
     def is_complete(self, generation: int) -> bool:
-        with self._lock:
-            return self.store.check([complete_key(generation)])
+        return self.store.check([complete_key(generation)])
 
     def wait_complete(self, generation: int, timeout_s: float, poll_s: float = 0.001) -> bool:
         """Poll (a blocking store wait logs a warning on every timeout) until ``generation`` trains."""
@@ -88,16 +86,22 @@ class Coordinator:
         return True
 
     def progress(self) -> Progress | None:
-        with self._lock:
-            if not self.store.check([PROGRESS_KEY]):
-                return None
-            return Progress.loads(self.store.get(PROGRESS_KEY))
+        raw = self.state.data.get(PROGRESS_KEY)
+        if raw is None:
+            return None
+        try:
+            return Progress.loads(raw)
+        except (ValueError, TypeError, KeyError):
+            return None  # not a report rank 0 wrote: the job's own code overwrote it
 
     def finished(self) -> bool:
-        with self._lock:
-            return self.store.check([FINISHED_KEY])
+        return self.store.check([FINISHED_KEY])
+
+    def failure(self, worker_id: str) -> Failure | None:
+        """Why ``worker_id``'s script failed, if it said so before exiting (``coddl.elastic.failure``)."""
+        raw = self.state.data.get(failure_key(worker_id))
+        return None if raw is None else Failure.loads(raw)
 
     def state_hashes(self, generation: int, world_size: int) -> list[str]:
         """The state hashes the ranks of ``generation`` report when run with CODDL_VERIFY=1."""
-        with self._lock:
-            return [self.store.get(hash_key(generation, r)).decode() for r in range(world_size)]
+        return [self.store.get(hash_key(generation, r)).decode() for r in range(world_size)]

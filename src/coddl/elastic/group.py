@@ -1,6 +1,6 @@
 """Forming, dissolving and waiting on a generation's process group, on the job's long-lived store.
 
-A new group costs 4-40 ms on an existing TCPStore (a fresh tcp:// rendezvous costs 0.5-0.7 s), so every
+A new group costs 4-40 ms on the job's existing store (a fresh tcp:// rendezvous costs 0.5-0.7 s), so every
 membership gets its own key prefix in the same store rather than its own store.
 """
 

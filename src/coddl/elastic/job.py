@@ -1,6 +1,6 @@
 """``ElasticJob``: the executor's handle on ONE elastic training job whose workers run on this host.
 
-It hosts the job's long-lived TCPStore (through a ``Coordinator``), launches one worker per slot, and
+It hosts the job's long-lived store (through a ``Coordinator``), launches one worker per slot, and
 turns ``start``/``resize``/``stop`` into memberships (see ``coddl.elastic.protocol``). A monitor thread
 waits on the workers' process sentinels, so a worker that dies (any exit, SIGKILL included) is noticed
 within milliseconds: the survivors get a ``failure`` membership and continue in place; if nobody
@@ -9,6 +9,10 @@ that exits before rank 0 has recorded the end of training counts as failed, what
 
 A slot is a logical GPU index. When CUDA exists the worker sees only that slot's GPU
 (``CUDA_VISIBLE_DEVICES``); otherwise the slot is a CPU slot and only names the worker.
+
+A worker whose script failed by itself says why (``coddl.elastic.failure``): a mistake in the script
+fails the job at once with that reason, and so does the same exception at the same place again after
+the job regrouped or restarted — neither is worth more restarts. ``JobReport.reason`` names it.
 
 Nothing here needs the workers to be local except the launcher: a launcher whose handles stand for
 processes elsewhere (a Ray actor running ``run_worker`` from a ``WorkerPool`` on its node) works
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import os
 import sys
 import threading
 import time
@@ -44,6 +47,7 @@ from coddl.elastic.protocol import (
     Progress,
     WorkerEnv,
 )
+from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
 
 
@@ -81,6 +85,7 @@ class JobConfig:
     host: str = "127.0.0.1"  # how workers reach the store; use a routable address for remote workers
     threads: int = 1  # torch intra-op threads per worker
     gpu_of_slot: Mapping[int, int] | None = None  # slot → physical GPU; default: the slot number
+    confinement: Confinement | None = None  # how the launcher confines the workers (None: not at all)
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class JobReport:
     progress: Progress | None
     failures: int
     restarts: int
+    reason: str | None = None  # why the job failed, or the newest worker failure's cause
 
 
 @dataclass(eq=False)
@@ -120,11 +126,13 @@ class ElasticJob:
         self._phase = JobPhase.IDLE
         self._failures = 0
         self._restarts = 0
+        self._reason: str | None = None
+        self._seen: dict[str, int] = {}  # failure fingerprint → the earliest generation it failed in
         self._ids = itertools.count()
         self._closed = False
         self._monitor = threading.Thread(target=self._watch, name=f"elastic-{config.job_id}", daemon=True)
         self._monitor.start()
-        (config.job_dir / "logs").mkdir(parents=True, exist_ok=True)
+        config.job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the workers make logs/ themselves
 
     # ---- executor API ----------------------------------------------------------------------------
 
@@ -208,6 +216,7 @@ class ElasticJob:
                 progress=self.coordinator.progress(),
                 failures=self._failures,
                 restarts=self._restarts,
+                reason=self._reason,
             )
 
     def wait(self, timeout: float | None = None) -> JobReport:
@@ -236,6 +245,7 @@ class ElasticJob:
         self._monitor.join()
         for w in self._members + self._leaving:
             w.handle.join(5)
+        self.coordinator.close()
 
     def __enter__(self) -> ElasticJob:
         return self
@@ -279,7 +289,8 @@ class ElasticJob:
         c = self.config
         env = dict(c.env)
         env.update(WorkerEnv(
-            store_addr=self.coordinator.address, job_id=c.job_id, worker_id=worker.worker_id,
+            store_addr=self.coordinator.address, store_key=self.coordinator.secret, job_id=c.job_id,
+            worker_id=worker.worker_id,
             generation=generation, job_dir=c.job_dir, pg_timeout_s=c.pg_timeout_s,
             checkpoint_s=c.checkpoint_s, report_s=c.report_s, seed=c.seed, verify=c.verify,
         ).to_environ())
@@ -289,7 +300,7 @@ class ElasticJob:
         return WorkerSpec(
             entry=c.entry, args=tuple(c.args), env=env,
             log_path=str(c.job_dir / "logs" / f"{worker.worker_id}.log"),
-            cwd=os.getcwd(), sys_path=tuple(sys.path), threads=c.threads,
+            cwd=str(c.job_dir), sys_path=tuple(sys.path), threads=c.threads, confinement=c.confinement,
         )
 
     def _await(self, generation: int, t0: float) -> float:
@@ -323,7 +334,11 @@ class ElasticJob:
                 if self._closed:
                     return
                 for sentinel in ended:
-                    self._on_exit(live[sentinel])
+                    try:
+                        self._on_exit(live[sentinel])
+                    except Exception as e:  # noqa: BLE001 - the launcher refused a replacement (no account for
+                        # the owner, a server that lost its lease): the job cannot go on, say why
+                        self._give_up(f"could not start a replacement worker: {e}")
                 if self._phase in (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING) and \
                         self.coordinator.is_complete(self.coordinator.membership.generation):
                     self._phase = JobPhase.RUNNING
@@ -341,6 +356,18 @@ class ElasticJob:
                 self._phase = JobPhase.FINISHED
             return
         self._failures += 1
+        failure = self.coordinator.failure(worker.worker_id)
+        if failure is not None:
+            self._reason = f"{worker.worker_id}: {failure.describe()}"
+            first = self._seen.setdefault(failure.fingerprint, failure.generation)
+            if failure.fatal or first < failure.generation:
+                again = "" if failure.fatal else " — the same failure again after the job regrouped, so not retried"
+                self._give_up(f"{failure.describe()}{again}")
+                return
+        elif worker.handle.exitcode == EXIT_CONFINEMENT:
+            self._give_up(f"{worker.worker_id} could not be isolated, so none of the job's code ran "
+                          f"(see {self.config.job_dir / 'logs' / (worker.worker_id + '.log')})")
+            return
         if self._members:
             self._phase = JobPhase.RECOVERING
             self.coordinator.post([w.worker_id for w in self._members], REASON_FAILURE)
@@ -350,3 +377,12 @@ class ElasticJob:
             self._launch(self._new_workers(self._slots), REASON_RESTART)
         else:
             self._phase = JobPhase.FAILED
+
+    def _give_up(self, reason: str) -> None:
+        """Fail the job now: its script cannot succeed, so its other workers are stopped too."""
+        self._reason = reason
+        self._phase = JobPhase.FAILED
+        for w in self._members:
+            w.handle.kill()
+        self._leaving += self._members
+        self._members = []

@@ -13,9 +13,12 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import threading
 import time
+from multiprocessing import forkserver
 from typing import Protocol, Sequence
 
+from coddl.elastic.sandbox import clean_environment
 from coddl.elastic.worker import WorkerSpec, run_worker
 
 # "__main__" makes the server import the launcher's main module once, so that forked children find
@@ -50,6 +53,35 @@ def _noop() -> None:
     pass
 
 
+_spawning = threading.Lock()
+
+
+def _forkserver_running() -> bool:
+    pid = forkserver._forkserver._forkserver_pid
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return pid is not None and f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _ensure_forkserver() -> None:
+    """Start the process's fork server (if it is not running) with a clean environment: every worker
+    is a copy of it, environment block included, so the server's secrets (CODDL_TOKEN, database
+    passwords, cloud credentials) must never be in it — not even in memory the job could read back."""
+    if _forkserver_running():
+        return
+    with _spawning:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(clean_environment(saved) | {k: saved[k] for k in ("TMPDIR",) if k in saved})
+        try:
+            forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 class WorkerPool:
     """Workers forked on demand from a forkserver that preloads torch and torch._dynamo.
 
@@ -64,12 +96,14 @@ class WorkerPool:
     def warm(self) -> float:
         """Start the server (if needed) and wait until it forks a child; returns the seconds taken."""
         t0 = time.perf_counter()
+        _ensure_forkserver()
         p = self._ctx.Process(target=_noop)
         p.start()
         p.join()
         return time.perf_counter() - t0
 
     def launch(self, spec: WorkerSpec) -> WorkerHandle:
+        _ensure_forkserver()
         p = self._ctx.Process(target=run_worker, args=(spec,), name=spec.env.get("CODDL_WORKER_ID", "worker"))
         p.start()
         return p
@@ -105,5 +139,5 @@ class ColdLauncher:
 
     def launch(self, spec: WorkerSpec) -> WorkerHandle:
         cmd = [sys.executable, "-m", "coddl.elastic", spec.to_json()]
-        return _ColdProcess(subprocess.Popen(cmd, cwd=spec.cwd, env={**os.environ, **spec.env},
+        return _ColdProcess(subprocess.Popen(cmd, cwd=spec.cwd, env=clean_environment(os.environ) | spec.env,
                                              stdin=subprocess.DEVNULL))

@@ -1,13 +1,15 @@
-"""The wire protocol between a job's coordinator and its workers: env vars and TCPStore keys.
+"""The wire protocol between a job's coordinator and its workers: env vars and store keys.
 
 Everything a worker needs comes from environment variables, and everything the two sides say to each
-other afterwards goes through ONE ``torch.distributed.TCPStore`` that the coordinator hosts for the
-whole life of the job. Workers only need the store's ``host:port``, so a worker may run on any node
-(a Ray actor on another machine starts workers with the same env vars; nothing here assumes one host).
+other afterwards goes through ONE key-value store (``coddl.elastic.kvstore``) that the coordinator
+hosts for the whole life of the job. Workers only need the store's ``host:port`` and the job's key,
+so a worker may run on any node (a Ray actor on another machine starts workers with the same env
+vars; nothing here assumes one host); nobody without the key can read or write the store.
 
 Environment of a worker (set by the executor; ``WorkerEnv.from_environ`` reads it)::
 
-    CODDL_STORE_ADDR        host:port of the job's TCPStore (unset: standalone, world size 1)
+    CODDL_STORE_ADDR        host:port of the job's store (unset: standalone, world size 1)
+    CODDL_STORE_KEY         the job's secret (hex): proves to the store that this is one of its workers
     CODDL_JOB_ID            job name, for logs
     CODDL_WORKER_ID         unique within the job, never reused ("w0", "w1", ...)
     CODDL_GENERATION        the membership generation this worker was started for
@@ -31,6 +33,7 @@ Store keys (values are ASCII; JSON where structured)::
     gen{g}/hash/{rank}      with CODDL_VERIFY: sha256 of that rank's model + optimizer state
     progress                JSON Progress, written by rank 0 every CODDL_REPORT_S
     finished                set by rank 0 when training reached its end
+    failure/{worker}        JSON Failure: why that worker's script failed (see ``coddl.elastic.failure``)
 
 Resize: the coordinator writes ``membership/{g+1}``, starts the new workers (if any) and, once all of
 them have arrived, announces g+1 by setting ``generation``; the survivors keep training meanwhile, so
@@ -59,8 +62,9 @@ rendezvous and any hang the coordinator cannot see; it must exceed the longest l
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Mapping
 
@@ -73,6 +77,8 @@ REASON_RESIZE = "resize"
 REASON_FAILURE = "failure"
 REASON_RESTART = "restart"
 REASON_STOP = "stop"
+
+MAX_COUNT = 2**31 - 1  # steps, samples, sizes: what the controller's store keeps in an INTEGER column
 
 
 def membership_key(generation: int) -> str:
@@ -141,7 +147,28 @@ class Progress:
 
     @classmethod
     def loads(cls, raw: bytes | str) -> Progress:
-        return cls(**json.loads(raw))
+        """A report read back; anything that is not one rank 0 could have written (the job's own code
+        can write its store) raises ValueError, so that no absurd number reaches the controller."""
+        if len(raw) > 4096:
+            raise ValueError("not a progress report")
+        d = json.loads(raw)
+        if not isinstance(d, dict) or set(d) != _PROGRESS_FIELDS:
+            raise ValueError("not a progress report")
+        for name in ("generation", "world_size", "step", "epoch", "samples", "global_batch"):
+            if type(d[name]) is not int or not 0 <= d[name] <= (2**53 if name == "samples" else MAX_COUNT):
+                raise ValueError(f"progress: {name}: not a count")
+        if d["loss"] is not None and type(d["loss"]) not in (int, float):
+            raise ValueError("progress: loss: not a number")
+        for name in ("samples_per_s", "steps_per_s", "regroup_s", "time"):
+            v = d[name]
+            if v is None and name == "regroup_s":
+                continue
+            if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"progress: {name}: not a finite number >= 0")
+        return cls(**d)
+
+
+_PROGRESS_FIELDS = {f.name for f in fields(Progress)}
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,7 @@ class WorkerEnv:
     """The settings a worker reads from its environment (see the module docstring)."""
 
     store_addr: str | None
+    store_key: bytes | None
     job_id: str
     worker_id: str
     generation: int
@@ -164,6 +192,7 @@ class WorkerEnv:
         job_dir = environ.get("CODDL_JOB_DIR")
         return cls(
             store_addr=environ.get("CODDL_STORE_ADDR") or None,
+            store_key=bytes.fromhex(environ["CODDL_STORE_KEY"]) if environ.get("CODDL_STORE_KEY") else None,
             job_id=environ.get("CODDL_JOB_ID", "standalone"),
             worker_id=environ.get("CODDL_WORKER_ID", "w0"),
             generation=int(environ.get("CODDL_GENERATION", "1")),
@@ -188,6 +217,8 @@ class WorkerEnv:
         }
         if self.store_addr:
             env["CODDL_STORE_ADDR"] = self.store_addr
+        if self.store_key:
+            env["CODDL_STORE_KEY"] = self.store_key.hex()
         if self.job_dir is not None:
             env["CODDL_JOB_DIR"] = str(self.job_dir)
         return env

@@ -13,6 +13,7 @@ three-number control message (loss, loss weight, newest generation) ride along i
 from __future__ import annotations
 
 import datetime
+import hashlib
 import random
 import time
 from collections import defaultdict
@@ -28,6 +29,8 @@ from torch.utils.data import default_collate
 from coddl.elastic import group, state
 from coddl.elastic.coordinator import Coordinator
 from coddl.elastic.data import BatchRule, Samples, SampleOrder, local_range
+from coddl.elastic.failure import ScriptMistake
+from coddl.elastic.kvstore import KVClient
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
@@ -45,6 +48,21 @@ from coddl.elastic.protocol import (
     ready_key,
     split_addr,
 )
+
+
+REPLICA_CHECK_STEPS = 10  # every this many steps the ranks compare a digest of their parameters
+
+_opened = False  # whether this process ever entered a session (a job's script must)
+_current: Session | None = None
+
+
+def session_opened() -> bool:
+    return _opened
+
+
+def current_generation() -> int | None:
+    """The membership generation of this process's open session, if any (for failure reports)."""
+    return _current.generation if _current is not None else None
 
 
 class Departed(SystemExit):
@@ -97,19 +115,26 @@ class Session:
         self._last_checkpoint = time.monotonic()
         self._seen_failure: dict[int, bool] = {}
         self._regroup_s: float | None = None
+        self._stepping = False  # inside our own optimizer.step()
+        self._probe: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # see _replica_digest
+        self._hook: Any = None
 
     # ---- context ---------------------------------------------------------------------------------
 
     def __enter__(self) -> Session:
+        global _opened, _current
+        _opened, _current = True, self
         env = self._env
-        if env.store_addr is None:  # standalone: host a private one-worker coordinator
-            self._coordinator = Coordinator(timeout_s=env.pg_timeout_s)
+        if env.store_addr is None:  # standalone: a private one-worker coordinator, in process
+            self._coordinator = Coordinator(timeout_s=env.pg_timeout_s, serve=False)
             self._coordinator.post([env.worker_id], REASON_START)
             self._store = self._coordinator.store
         else:
+            if env.store_key is None:
+                raise RuntimeError("CODDL_STORE_ADDR is set but CODDL_STORE_KEY is not: the job's store "
+                                   "serves only its own workers")
             host, port = split_addr(env.store_addr)
-            self._store = dist.TCPStore(host, port, is_master=False,
-                                        timeout=datetime.timedelta(seconds=env.pg_timeout_s))
+            self._store = KVClient(host, port, env.store_key, datetime.timedelta(seconds=env.pg_timeout_s))
         # Same seed everywhere, so models built after this line start identical even before the sync.
         torch.manual_seed(env.seed)
         random.seed(env.seed)
@@ -117,7 +142,14 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _current
+        if self._hook is not None:
+            self._hook.remove()
+        if _current is self:
+            _current = None
         group.dissolve()
+        if isinstance(self._store, KVClient):
+            self._store.close()
         self._store = None
         self._coordinator = None
 
@@ -161,6 +193,7 @@ class Session:
             raise RuntimeError("use the session inside `with session() as s:`")
         self._model = model.to(self.device)
         self._optimizer = optimizer
+        self._hook = optimizer.register_step_pre_hook(self._outside_step)
         # A grow is announced once all its new workers are here; wait for that (the survivors are
         # still training). A failure may meanwhile supersede our generation: then join the newer one.
         self._store.add(arrived_key(self._env.generation), 1)
@@ -218,8 +251,10 @@ class Session:
         weight = len(pending.samples) / pending.global_size  # the mean-loss gradient of the global batch
         loss_value = float(loss.detach() if isinstance(loss, torch.Tensor) else (loss or 0.0))
         newest = self._store.add(GENERATION_KEY, 0) if self._rank == 0 else 0
-        control = torch.tensor([loss_value * weight, weight if loss is not None else 0.0, newest],
-                               dtype=torch.float64, device=self.device)
+        check = self._counters.step % REPLICA_CHECK_STEPS == 0
+        digest = self._replica_digest() if check else 0
+        control = torch.tensor([loss_value * weight, weight if loss is not None else 0.0, newest, digest,
+                                digest * digest], dtype=torch.float64, device=self.device)
         buckets = self._gradient_buckets(weight)
         works = [dist.all_reduce(control, async_op=True)]
         works += [dist.all_reduce(flat, async_op=True) for flat, _ in buckets]
@@ -229,16 +264,25 @@ class Session:
         except group.CollectiveFailed:
             self._recover(works)
             return False
+        loss_sum, loss_weight, target, digests, squares = control.tolist()
+        if check and self.world_size * int(squares) != int(digests) ** 2:  # equal iff every rank's digest is
+            raise ScriptMistake(
+                f"the replicas' parameters differ at step {self._counters.step}: the script changes them outside "
+                "s.step() (it calls optimizer.step() itself, or updates parameters by hand), so the ranks no "
+                "longer train one model")
         for flat, params in buckets:
             for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, params)):
                 p.grad = g
-        self._optimizer.step()
+        self._stepping = True
+        try:
+            self._optimizer.step()
+        finally:
+            self._stepping = False
         self._optimizer.zero_grad(set_to_none=True)
         self._counters.step += 1
         self._counters.samples += pending.global_size
         self._counters.position = self._counters.position.advanced(pending.global_size, self._dataset_len)
         self._has_state = self._clean = True
-        loss_sum, loss_weight, target = control.tolist()
         self._account(pending.global_size, loss_sum, loss_weight)
         if int(target) > self.generation:
             self._transition(int(target))
@@ -360,6 +404,27 @@ class Session:
         g = self.generation
         if self._store.add(ready_key(g), 1) == self.world_size:
             self._store.set(complete_key(g), str(time.time()))
+
+    # ---- the script's mistakes --------------------------------------------------------------------
+
+    def _outside_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._stepping:
+            raise ScriptMistake("the script called optimizer.step() itself: s.step(loss) averages the gradients "
+                                "over the ranks and applies the update, so the script must not")
+
+    def _replica_digest(self) -> int:
+        """20 bits of a hash of a few elements of every parameter. The ranks' parameters are bit for
+        bit the same after every step (one all-reduced gradient, one deterministic update), so all
+        digests agree unless the script changed the parameters on its own; the ranks compare them
+        through the step's control all-reduce (sum and sum of squares: equal iff all are equal)."""
+        if self._probe is None:
+            self._probe = [(p, torch.linspace(0, p.numel() - 1, min(4, p.numel()), device=p.device).long())
+                           for p in self._model.parameters() if p.numel()]
+        if not self._probe:
+            return 0
+        values = torch.cat([p.detach().reshape(-1).index_select(0, i).double() for p, i in self._probe])
+        raw = hashlib.blake2b(values.cpu().numpy().tobytes(), digest_size=4).digest()
+        return int.from_bytes(raw, "big") >> 12
 
     # ---- per-step bookkeeping --------------------------------------------------------------------
 

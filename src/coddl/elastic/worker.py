@@ -1,6 +1,7 @@
 """The body of every worker process, however it was started (forked from the warm pool, a cold
-``python -m coddl.elastic SPEC_JSON``, or a Ray actor on another node): apply the spec's
-environment, send output to the worker's log and run the user's entry point."""
+``python -m coddl.elastic SPEC_JSON``, or a Ray actor on another node): send output to the worker's
+log, confine the process (``coddl.elastic.sandbox``) when the spec says so, give it the job's
+environment and working directory (its job directory), and run the user's entry point."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ import runpy
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
+
+from coddl.elastic import sandbox
+from coddl.elastic.failure import Failure, report
+from coddl.elastic.protocol import WorkerEnv
+from coddl.elastic.sandbox import Confinement
+from coddl.elastic.session import current_generation, session_opened
 
 
 @dataclass(frozen=True)
@@ -21,7 +29,9 @@ class WorkerSpec:
     on a cold start's command line).
 
     ``entry`` is ``package.module:function`` (called with no arguments) or the path of a script (run
-    as ``__main__``); either way ``sys.argv`` is ``[entry, *args]``. ``env`` carries the CODDL_* vars.
+    as ``__main__``); either way ``sys.argv`` is ``[entry, *args]``. ``env`` carries the CODDL_* vars
+    and the job's own; the worker inherits nothing else of its parent's environment but what
+    ``sandbox.clean_environment`` lets through. ``log_path`` is ``JOB_DIR/logs/NAME``.
     """
 
     entry: str
@@ -31,6 +41,7 @@ class WorkerSpec:
     cwd: str = "."
     sys_path: tuple[str, ...] = ()
     threads: int = 1
+    confinement: Confinement | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -38,24 +49,59 @@ class WorkerSpec:
     @classmethod
     def from_json(cls, raw: str) -> WorkerSpec:
         d = json.loads(raw)
-        return cls(**{**d, "args": tuple(d["args"]), "sys_path": tuple(d["sys_path"])})
+        c = d.get("confinement")
+        return cls(**{**d, "args": tuple(d["args"]), "sys_path": tuple(d["sys_path"]),
+                      "confinement": None if c is None else Confinement(**{**c, "hide": tuple(c["hide"])})})
 
 
 def run_worker(spec: WorkerSpec) -> None:
     """Run ``spec``'s entry point in this process. Exceptions propagate (the process exits non-zero);
-    a rank that leaves the job raises ``Departed``, a ``SystemExit(0)``."""
-    os.chdir(spec.cwd)
-    sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
-    # A forkserver child inherits the server's environment, not the launcher's: apply ours explicitly
-    # (before anything touches CUDA, so that CUDA_VISIBLE_DEVICES takes effect).
-    os.environ.update(spec.env)
+    a rank that leaves the job raises ``Departed``, a ``SystemExit(0)``. A worker that cannot be
+    confined as its spec asks exits with ``sandbox.EXIT_CONFINEMENT`` before any of the job's code runs."""
+    c = spec.confinement
+    os.umask(0o022)  # not the server's (077): a job's files are as private as their directory makes them
     if spec.log_path is not None:
-        fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = Path(spec.log_path)
+        fd = sandbox.open_log(str(log.parent.parent), log.name,
+                              (c.uid, c.gid) if c is not None and c.uid is not None else None)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
         sys.stdout.reconfigure(line_buffering=True)
+    if c is not None:
+        try:
+            sandbox.enter(c)
+        except (sandbox.ConfinementError, OSError) as e:
+            print(f"coddl: this worker could not be isolated, so none of the job's code ran: {e}", flush=True)
+            os._exit(sandbox.EXIT_CONFINEMENT)
+    os.chdir(spec.cwd)
+    sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
+    # Nothing of the parent's environment but what a job may see (before anything touches CUDA, so
+    # that CUDA_VISIBLE_DEVICES takes effect).
+    env = sandbox.clean_environment(os.environ)
+    if c is not None:
+        env |= {"HOME": c.home or c.job_dir, "USER": c.account or "", "LOGNAME": c.account or ""}
+    os.environ.clear()
+    os.environ.update(env | spec.env)
     torch.set_num_threads(spec.threads)
+    worker_env = WorkerEnv.from_environ()  # before the job's code can change the environment
+    try:
+        _run_entry(spec)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            _failed(worker_env, e)
+            raise
+    except BaseException as e:
+        _failed(worker_env, e)
+        raise
+    if worker_env.store_addr is not None and not session_opened():
+        failure = Failure.no_session(spec.entry, worker_env.generation)
+        print(f"coddl: {failure.summary}", flush=True)
+        report(worker_env, failure)
+        sys.exit(1)
+
+
+def _run_entry(spec: WorkerSpec) -> None:
     sys.argv = [spec.entry, *spec.args]
     if spec.entry.endswith(".py") or os.path.isfile(spec.entry):
         runpy.run_path(spec.entry, run_name="__main__")
@@ -64,6 +110,14 @@ def run_worker(spec: WorkerSpec) -> None:
     if not sep or not function:
         raise ValueError(f"entry must be 'package.module:function' or a script path, got {spec.entry!r}")
     getattr(importlib.import_module(module), function)()
+
+
+def _failed(env: WorkerEnv, exc: BaseException) -> None:
+    """Tell the coordinator why this worker's script failed (``coddl.elastic.failure``)."""
+    failure = Failure.of(exc, current_generation() or env.generation)
+    if failure.fatal:
+        print(f"coddl: {failure.summary}", file=sys.stderr, flush=True)
+    report(env, failure)
 
 
 def main() -> None:

@@ -47,6 +47,7 @@ from coddl.runtime.executors.base import (
     WorkerLostEvent,
     WorkersEvent,
 )
+from coddl.runtime.lease import LeaseLost
 from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
 from coddl.runtime.spec import STORED, JobFile, SpecError, validate
@@ -90,8 +91,9 @@ class Controller:
     def now(self) -> float:
         return time.time() - self.epoch
 
-    def start(self) -> None:
-        """Take over every unfinished job from the store, then run."""
+    def start(self) -> tuple[int, int]:
+        """Take over every unfinished job from the store, then run; returns how many jobs were
+        recovered and how many workers of a previous server were killed."""
         now = self.now()
         recovered, orphans = self.store.recover(time.time())
         reaped = self.executor.reap(orphans)
@@ -102,11 +104,18 @@ class Controller:
         self._next_period = time.monotonic() + self.settings.period_s
         self._thread.start()
         self.wake()  # recovered jobs are planned at once, not at the first period
+        return len(recovered), reaped
 
     def stop(self) -> None:
         self._stopping.set()
         self._wakeup.set()
         self._thread.join(timeout=30)
+
+    def abandon(self) -> None:
+        """Stop at once, without waiting for a tick in progress (its writes are fenced anyway)."""
+        self._stopping.set()
+        self._wakeup.set()
+        self._thread.join(timeout=1)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -124,6 +133,8 @@ class Controller:
             last = time.monotonic()
             try:
                 self.tick()
+            except LeaseLost:
+                return  # another server drives the jobs now: act on nothing more
             except Exception:  # noqa: BLE001 - the loop must outlive a bad tick; the store keeps the truth
                 log.exception("controller tick failed")
 
@@ -158,7 +169,7 @@ class Controller:
         self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now,
                               attained_service=job.attained_service, first_start=first_start)
         entry, args = spec.entry_and_args()
-        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid))
+        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid, job.owner))
         self._corrections[jid] = OnlineCorrection()
         self._pushed[jid] = 1.0
 
@@ -231,7 +242,8 @@ class Controller:
                 self.store.record_workers(int(jid), ev.workers)
             elif isinstance(ev, WorkerLostEvent):
                 self.store.record_event(int(jid), "worker-lost", ev.at,
-                                        f"{ev.failures} worker failures, {ev.restarts} restarts from checkpoint")
+                                        (f"{ev.cause}; " if ev.cause else "")
+                                        + f"{ev.failures} worker failures, {ev.restarts} restarts from checkpoint")
             elif isinstance(ev, ExitEvent):
                 last = self._unsampled.pop(jid, None)  # the final report belongs in the history
                 self.store.record_progress(progress + ([replace(last, sample=True)] if last else []))

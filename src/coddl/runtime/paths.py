@@ -9,6 +9,7 @@ from pathlib import Path
 DEFAULT_PORT = 8470
 CLIENT_FILE = "client.json"  # server URL + token for the CLI (mode 0600)
 SERVER_FILE = "server.json"  # where the running server listens, and its pid
+LOCK_FILE = "server.lock"  # flock'ed by the running server for its whole life (holds its pid)
 
 
 def default_state_dir() -> Path:

@@ -3,12 +3,16 @@ HTTP by uvicorn (``HttpServer``); ``serve`` is ``coddl server start``.
 
 The state directory holds everything a restart needs: ``coddl.db`` (unless ``--database`` names
 another URL), ``jobs/<id>/`` (each job's checkpoint and worker logs), ``server.json`` (where the
-running server listens) and ``client.json`` (server URL and the bootstrap admin token, mode 0600,
-read by the CLI when no ``--server``/``--token`` is given).
+running server listens, and its pid), ``server.lock`` (locked by the running server), optionally
+``accounts.yaml`` (``coddl.runtime.identity``) and ``client.json`` (server URL and the bootstrap admin
+token, read by the CLI when no ``--server``/``--token`` is given). It is the server's alone: mode
+0700, and everything the server creates in it is private to it (umask 077); a job's directory belongs
+to the job's account, and no job sees any other part of the state (``coddl.runtime.isolation``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import logging
@@ -18,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import uvicorn
 from fastapi import FastAPI
@@ -30,6 +35,8 @@ from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
+from coddl.runtime.isolation import Isolation
+from coddl.runtime.lease import DEFAULT_LEASE_S, Lease, LeaseLost, StateLock
 from coddl.runtime.limits import ApiLimits
 from coddl.runtime.metrics import ClusterMetrics, metrics_router
 from coddl.runtime.models import runtime_curves
@@ -57,16 +64,25 @@ class ServerConfig:
     controller: ControllerSettings = ControllerSettings()
     workers: ExecutorSettings = ExecutorSettings()
     limits: ApiLimits = ApiLimits()  # request body size, and whether a job too large for the cluster is refused
+    lease_s: float = DEFAULT_LEASE_S  # how long a server that stopped renewing keeps the database
+    isolate: bool = True  # False: --unsafe-no-isolation
 
 
-def make_executor(config: ServerConfig) -> Executor:
+Step = Callable[[str], ContextManager[object]]
+
+
+def _quietly(_what: str) -> ContextManager[object]:
+    return contextlib.nullcontext()
+
+
+def make_executor(config: ServerConfig, isolation: Isolation, work_dir: Path) -> Executor:
     if config.executor == "local":
         from coddl.runtime.executors.local import LocalExecutor
 
         gpus = LOCAL_GPUS if config.gpus is None else config.gpus
         if gpus < 1:
             raise ConfigError(f"--gpus must be at least 1, got {gpus}")
-        return LocalExecutor(gpus, config.workers)
+        return LocalExecutor(gpus, config.workers, isolation, work_dir)
     if config.executor == "ray":
         if config.gpus is not None:
             raise ConfigError("--gpus is the local executor's; a Ray cluster's GPUs are those its nodes were "
@@ -75,34 +91,85 @@ def make_executor(config: ServerConfig) -> Executor:
             raise ConfigError("--executor ray needs --ray-address HOST:PORT")
         from coddl.runtime.executors.ray import RayExecutor
 
-        return RayExecutor(config.ray_address, config.workers, config.ray_connect_timeout_s)
+        return RayExecutor(config.ray_address, config.workers, config.ray_connect_timeout_s, isolation, work_dir)
     raise ConfigError(f"--executor must be local or ray, got {config.executor!r}")
 
 
-class Runtime:
-    """The scheduler of the simulator, driven by real events: built, started and stopped together."""
+def private_state_dir(state_dir: Path) -> None:
+    """Create the state directory, or make an existing one private again (files an earlier version
+    left readable: the database and its journal, the jobs directory)."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(state_dir, 0o700)
+    for name in ("coddl.db", "coddl.db-wal", "coddl.db-shm", CLIENT_FILE, SERVER_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(state_dir / name, 0o600)
+    jobs = state_dir / "jobs"
+    jobs.mkdir(exist_ok=True, mode=0o700)
+    os.chmod(jobs, 0o700)
 
-    def __init__(self, config: ServerConfig) -> None:
+
+class Runtime:
+    """The scheduler of the simulator, driven by real events: built, started and stopped together.
+
+    Building it takes the state directory's lock and the database's lease (``coddl.runtime.lease``):
+    a second server on the same state or database is refused here, before anything else starts.
+    ``on_lost`` is called if the lease is lost later; the owner must then call ``abandon``.
+    """
+
+    def __init__(self, config: ServerConfig, step: Step = _quietly) -> None:
         self.config = config
         self.state_dir = Path(config.state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        policy = make_policy(config.policy)  # a bad policy name fails before anything starts
-        self.store = Store(config.database or sqlite_url(self.state_dir))
-        self.executor = make_executor(config)
-        self.scheduler = Scheduler(self.executor.cluster, policy, runtime_curves())
-        self.jobs_dir = self.state_dir / "jobs"
-        self.controller = Controller(self.store, self.scheduler, self.executor, self.jobs_dir, config.controller)
-        self.metrics = ClusterMetrics(self.store, self.executor.cluster, policy.describe(), self.executor.kind)
-        self.controller.observe_decision = self.metrics.observe_decision
+        self.on_lost: Callable[[str], None] = lambda reason: None
+        os.umask(0o077)  # whatever the server writes in the state is its own
+        with step("locking the state directory"):
+            private_state_dir(self.state_dir)
+            self.lock = StateLock(self.state_dir)
+        self.store: Store | None = None
+        self.lease: Lease | None = None
+        try:
+            policy = make_policy(config.policy)  # a bad policy name fails before anything starts
+            with step("opening the store and taking its lease"):
+                self.store = Store(config.database or sqlite_url(self.state_dir))
+                private_state_dir(self.state_dir)  # the database file SQLite just created
+                self.lease = Lease(self.store, self.state_dir, config.lease_s, lambda r: self.on_lost(r))
+                self.lease.acquire()
+            self.isolation = Isolation.for_server(self.state_dir, config.isolate)
+            self.jobs_dir = self.state_dir / "jobs"
+            with step(f"warming the worker pool and checking job isolation ({self.isolation.describe()})"):
+                self.executor = make_executor(config, self.isolation, self.jobs_dir)
+            self.executor.guard = self.lease.guard
+            self.scheduler = Scheduler(self.executor.cluster, policy, runtime_curves())
+            self.controller = Controller(self.store.fenced(self.lease.fence), self.scheduler, self.executor,
+                                         self.jobs_dir, config.controller)
+            self.metrics = ClusterMetrics(self.store, self.executor.cluster, policy.describe(), self.executor.kind)
+            self.controller.observe_decision = self.metrics.observe_decision
+        except BaseException:
+            self._release()
+            raise
 
-    def start(self) -> None:
-        self.controller.start()
+    def start(self) -> tuple[int, int]:
+        """Recover the unfinished jobs and run; returns (jobs recovered, leftover workers killed)."""
+        return self.controller.start()
 
     def stop(self) -> None:
         """Stop scheduling, then every job (rank 0 checkpoints): a later start resumes them."""
         self.controller.stop()
         self.executor.close()
-        self.store.close()
+        self._release()
+
+    def abandon(self) -> None:
+        """After losing the lease: kill every worker at once (no checkpoint — the server that holds the
+        lease now restarts the jobs from their last one) and write nothing more."""
+        self.controller.abandon()
+        self.executor.abandon()
+        self._release()
+
+    def _release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        if self.store is not None:
+            self.store.close()
+        self.lock.release()
 
     def app(self) -> FastAPI:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
@@ -163,28 +230,45 @@ def bootstrap_client(store: Store, state_dir: Path, url: str) -> str | None:
     return created
 
 
-def serve(config: ServerConfig, announce=print) -> None:  # noqa: ANN001 - a print-like callable
-    """Run until SIGINT/SIGTERM; then stop scheduling and every job (they resume on the next start)."""
-    runtime = Runtime(config)
+def serve(config: ServerConfig, announce=print, step: Step = _quietly) -> None:  # noqa: ANN001 - print-like
+    """Run until SIGINT/SIGTERM (``coddl server stop``); then stop scheduling and every job (they resume
+    on the next start). Raises LeaseLost if another server took the database over meanwhile."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    runtime = Runtime(config, step)
+    runtime.on_lost = lambda reason: stop.set()
     http = None
     try:
-        runtime.start()
-        http = HttpServer(runtime.app(), config.host, config.port)
-        http.start()
-        created = bootstrap_client(runtime.store, runtime.state_dir, http.url)
-        write_private_json(runtime.state_dir / SERVER_FILE, {"url": http.url, "pid": os.getpid()})
+        with step("recovering unfinished jobs"):
+            recovered, reaped = runtime.start()
+        if recovered:
+            announce(f"recovered {recovered} unfinished job(s); they resume from their checkpoints"
+                     + (f" ({reaped} leftover workers killed)" if reaped else ""))
+        with step("starting the API"):
+            http = HttpServer(runtime.app(), config.host, config.port)
+            http.start()
+            created = bootstrap_client(runtime.store, runtime.state_dir, http.url)
+            write_private_json(runtime.state_dir / SERVER_FILE, {"url": http.url, "pid": os.getpid()})
+            runtime.lease.set_url(http.url)
         c = runtime.executor.cluster
         announce(f"coddl server on {http.url} (docs: {http.url}/docs) — {runtime.executor.kind} executor, "
                  f"{c.total_gpus} GPUs on {len(c.nodes)} node(s), policy {runtime.scheduler.policy.describe()}, "
-                 f"state in {runtime.state_dir}")
+                 f"state in {runtime.state_dir}, jobs isolated: {runtime.isolation.describe()}")
         if created:
             announce(f"admin token for {getpass.getuser()} written to {runtime.state_dir / CLIENT_FILE}")
         stop.wait()
     finally:
         if http is not None:
             http.stop()
-        runtime.stop()
-        (runtime.state_dir / SERVER_FILE).unlink(missing_ok=True)
+        lost = runtime.lease.lost
+        if lost:
+            runtime.abandon()
+        else:
+            runtime.stop()
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads((runtime.state_dir / SERVER_FILE).read_text()).get("pid") == os.getpid():
+                (runtime.state_dir / SERVER_FILE).unlink()
+    if lost:
+        raise LeaseLost(f"lost the server lease: {lost}; stopped without touching the jobs, which the "
+                        "server holding the lease now runs")

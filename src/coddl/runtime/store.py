@@ -20,6 +20,7 @@ refuses NUL characters in text, so messages (the last line of a worker's log) ha
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -381,6 +382,15 @@ class Store:
         self._local = threading.local()  # per thread: is this read the tolerant retry?
         self._tolerant_engine: Engine | None = None
         self._tolerant_reads: sessionmaker | None = None
+        self._fence: Callable[[Session], None] | None = None
+
+    def fenced(self, fence: Callable[[Session], None]) -> Store:
+        """The same store, with ``fence`` run at the start of every write transaction (it raises to
+        refuse the write). The server gives its controller one fenced by its lease, so that a server
+        that lost its lease cannot write a plan (see ``coddl.runtime.lease``)."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
 
     @staticmethod
     def for_state_dir(state_dir: Path) -> Store:
@@ -428,7 +438,13 @@ class Store:
     def _w(self) -> Iterator[Session]:
         with self._writes.begin() as s:
             self._lock(s)
+            if self._fence is not None:
+                self._fence(s)
             yield s
+
+    def transaction(self) -> Iterator[Session]:
+        """A write transaction, queued behind every other writer (for modules with tables of their own)."""
+        return self._w()
 
     @contextmanager
     def _r(self) -> Iterator[Session]:

@@ -20,13 +20,15 @@ from coddl.core.job import JobId
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """How to run one job's workers: ``entry`` is a script path or ``module:function``."""
+    """How to run one job's workers: ``entry`` is a script path or ``module:function``; ``owner`` is
+    the coddl user whose identity (or sandbox) the workers get."""
 
     job_id: JobId
     entry: str
     args: tuple[str, ...]
     env: Mapping[str, str]
     job_dir: Path
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,7 @@ class WorkerLostEvent:
     at: float
     failures: int
     restarts: int
+    cause: str | None = None  # what the worker's script said before it died (None: killed, or silent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,4 +108,8 @@ class Executor(Protocol):
 
     def events(self) -> list[ExecutorEvent]: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop every job gracefully (rank 0 checkpoints); no worker outlives it."""
+
+    def abandon(self) -> None:
+        """Kill every worker now, without checkpoints (the server lost its lease to another)."""

@@ -26,11 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from coddl.core.allocation import Action, ActionKind, Plan
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
-from coddl.elastic.pool import Launcher
+from coddl.elastic.pool import Launcher, WorkerHandle
+from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.executors.base import (
     AppliedEvent,
     ExecutorEvent,
@@ -40,6 +43,8 @@ from coddl.runtime.executors.base import (
     WorkerLostEvent,
     WorkersEvent,
 )
+from coddl.runtime.isolation import Isolation
+from coddl.runtime.logs import last_line
 
 _RELEASES = (ActionKind.SUSPEND, ActionKind.SHRINK)
 _BUSY = (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING)
@@ -81,16 +86,23 @@ class _Running:
 
 
 class ElasticExecutor:
-    """Plans in, events out. Subclasses provide the launcher, the store host and core pinning."""
+    """Plans in, events out. Subclasses provide the launcher, the store host and core pinning.
+
+    ``guard`` is called before every action and every worker start, and raises to refuse it: the
+    server sets it to its lease check, so that a server that may have lost its lease to another one
+    (a paused VM coming back) never starts or moves a worker.
+    """
 
     kind = "elastic"
 
     def __init__(self, cluster: Cluster, launcher: Launcher, host: str,
-                 settings: ExecutorSettings = ExecutorSettings()) -> None:
+                 settings: ExecutorSettings = ExecutorSettings(), isolation: Isolation = Isolation("none")) -> None:
         self.cluster = cluster
         self.settings = settings
+        self.isolation = isolation
         self.notify: Callable[[], None] = lambda: None
-        self._launcher = launcher
+        self.guard: Callable[[], None] = lambda: None
+        self._launcher = _Guarded(launcher, lambda: self.guard())
         self._host = host
         self._launches: dict[JobId, LaunchSpec] = {}
         self._jobs: dict[JobId, _Running] = {}
@@ -153,6 +165,15 @@ class ElasticExecutor:
             if not r.chain.done():
                 r.job.close()
 
+    def abandon(self) -> None:
+        """Kill every worker at once: no checkpoint, nothing reported (see ``Executor.abandon``)."""
+        self._closed.set()
+        with self._lock:
+            jobs, self._jobs = list(self._jobs.values()), {}
+            self._launches.clear()
+        for r in jobs:
+            r.job.close()
+
     # ------------------------------------------------------------------ hooks for subclasses
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         """Restrict each worker to the job's cores on its node (no cores: leave it alone)."""
@@ -195,6 +216,7 @@ class ElasticExecutor:
             job_id=job_id, entry=launch.entry, job_dir=launch.job_dir, args=launch.args, env=dict(launch.env),
             pg_timeout_s=s.pg_timeout_s, checkpoint_s=s.checkpoint_s, report_s=s.report_s,
             max_restarts=s.max_restarts, start_timeout_s=s.start_timeout_s, host=self._host, threads=s.threads,
+            confinement=self.isolation.confinement(launch.owner, launch.job_dir),
         )
         r = _Running(ElasticJob(config, self._launcher))
         self._jobs[job_id] = r
@@ -204,6 +226,7 @@ class ElasticExecutor:
         if self._jobs.get(a.job_id) is not r:
             return  # failed or cancelled since this action was dispatched
         try:
+            self.guard()
             phase = self._settle(r.job)
             if phase in (JobPhase.FINISHED, JobPhase.FAILED) or r.job.coordinator.finished():
                 return  # training is over: the monitor reports the exit; nothing left to move
@@ -263,6 +286,7 @@ class ElasticExecutor:
 
     def _heal(self, r: _Running) -> None:
         """Bring a job that lost a worker back onto its whole allocation."""
+        self.guard()
         if self._settle(r.job) is JobPhase.RUNNING and not r.job.coordinator.finished():
             seconds = r.job.resize(r.slots)
             self._repin(r)
@@ -285,7 +309,7 @@ class ElasticExecutor:
             self._emit(ProgressEvent(job_id, p.time, p.step, p.world_size, p.steps_per_s, p.loss))
         if rep.failures > r.failures:
             r.failures = rep.failures
-            self._emit(WorkerLostEvent(job_id, time.time(), rep.failures, rep.restarts))
+            self._emit(WorkerLostEvent(job_id, time.time(), rep.failures, rep.restarts, rep.reason))
         trained = rep.phase is JobPhase.FINISHED or self._trained_for(r) > FINISH_GRACE_S
         if trained or rep.phase is JobPhase.FAILED:
             with self._lock:
@@ -299,7 +323,8 @@ class ElasticExecutor:
                     # what is stuck).
                     threading.Thread(target=r.job.stop, kwargs={"grace_s": 2.0}, daemon=True).start()
                 self._retire(r, self._close)
-            message = None if trained else _last_error(launch.job_dir if launch else None)
+            message = None if trained else (rep.reason if rep.phase is JobPhase.FAILED and rep.reason
+                                            else _last_error(launch.job_dir if launch else None))
             self._emit(ExitEvent(job_id, finished=trained, at=time.time(), message=message))
             return
         if rep.phase is JobPhase.RUNNING and r.chain.done() and r.slots:
@@ -324,21 +349,38 @@ def _last_error(job_dir: Path | None) -> str:
     """The last line of the most recently written worker log: usually the exception."""
     if job_dir is None:
         return "failed"
-    logs = sorted((job_dir / "logs").glob("*.log"), key=lambda p: p.stat().st_mtime)
-    for log in reversed(logs):
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        if lines:
-            return f"{lines[-1].strip()[:300]} (see {log})"
-    return f"failed (no worker output in {job_dir / 'logs'})"
+    found = last_line(job_dir)
+    if found is None:
+        return f"failed (no worker output in {job_dir / 'logs'})"
+    name, line = found
+    return f"{line[:300]} (see {job_dir / 'logs' / name})"
+
+
+class _Guarded:
+    """A launcher that asks ``guard`` before every start (see ``ElasticExecutor``)."""
+
+    def __init__(self, launcher: Launcher, guard: Callable[[], None]) -> None:
+        self.launcher = launcher
+        self._guard = guard
+
+    def launch(self, spec: WorkerSpec) -> WorkerHandle:
+        self._guard()
+        return self.launcher.launch(spec)
 
 
 def local_pin(pids: dict[int, int], cores: tuple[int, ...], first_core: int = 0) -> None:
-    """Pin processes on THIS host to the job's cores (global indices minus the node's first core)."""
+    """Pin processes on THIS host to the job's cores (global indices minus the node's first core): each
+    worker and what it started (a confined worker runs the job in a child of the pid the executor knows)."""
     if not cores:
         return
     local = {c - first_core for c in cores}
     for pid in pids.values():
         try:
-            os.sched_setaffinity(pid, local)
-        except (ProcessLookupError, OSError):
-            pass  # exited meanwhile, or cores this host does not have
+            family = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+        except psutil.Error:
+            continue
+        for member in family:
+            try:
+                os.sched_setaffinity(member, local)
+            except (ProcessLookupError, OSError):
+                pass  # exited meanwhile, or cores this host does not have

@@ -3,7 +3,8 @@
 A GPU is a slot: with CUDA a worker sees only its slot's GPU (``CUDA_VISIBLE_DEVICES``, set by
 ``ElasticJob``); without CUDA a slot is a CPU worker and the cluster is logical (``--gpus N``), which
 is how the whole system runs and is tested on a laptop. Workers are forked from a pool that has
-already imported torch, so starting or growing a job does not pay the 3-4 s torch import.
+already imported torch, so starting or growing a job does not pay the 3-4 s torch import, and each
+confines itself as the server's ``Isolation`` says before the job's code runs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from pathlib import Path
 
 import psutil
 import torch
@@ -19,6 +21,7 @@ from coddl.core.cluster import Cluster, GpuType, Node
 from coddl.elastic.pool import WorkerPool
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings, local_pin
+from coddl.runtime.isolation import ConfinedLauncher, Isolation
 
 
 def local_cluster(gpus: int) -> Cluster:
@@ -34,11 +37,15 @@ def local_cluster(gpus: int) -> Cluster:
 class LocalExecutor(ElasticExecutor):
     kind = "local"
 
-    def __init__(self, gpus: int, settings: ExecutorSettings = ExecutorSettings()) -> None:
+    def __init__(self, gpus: int, settings: ExecutorSettings = ExecutorSettings(),
+                 isolation: Isolation = Isolation("none"), work_dir: Path | None = None) -> None:
+        """``work_dir`` (the jobs directory) is where the start-up probe of the isolation runs."""
         cluster = local_cluster(gpus)
-        pool = WorkerPool()
-        pool.warm()  # pay the forkserver's torch import now, not at the first job's start
-        super().__init__(cluster, pool, host="127.0.0.1", settings=settings)
+        launcher = ConfinedLauncher(WorkerPool(), isolation)
+        # pay the forkserver's torch import now, not at the first job's start, and refuse to run jobs
+        # at all if they cannot be confined as promised
+        self.start_s = launcher.probe(work_dir) if work_dir is not None else launcher.pool.warm()
+        super().__init__(cluster, launcher, host="127.0.0.1", settings=settings, isolation=isolation)
 
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         local_pin(pids, cores)

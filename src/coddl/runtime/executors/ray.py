@@ -1,10 +1,11 @@
 """``RayExecutor``: the same executor with its workers on the nodes of a Ray cluster.
 
 One ``NodeAgent`` actor per Ray node owns that node's GPUs (it reserves them from Ray) and its worker
-processes: it forks them from its own warm pool, exactly as the local executor does on one host, and
-runs the same worker protocol (``coddl.elastic``). Each job's coordinator — its TCPStore and the
-``ElasticJob`` that posts memberships — stays in the controller; only worker processes live on the
-nodes, and they reach the store at the controller's address.
+processes: it forks them from its own warm pool through the same ``ConfinedLauncher`` as the local
+executor (each worker runs as its owner's account on that node, or sandboxed, and never sees Ray's
+own directory with its sockets), and they run the same worker protocol (``coddl.elastic``). Each
+job's coordinator — its store and the ``ElasticJob`` that posts memberships — stays in the
+controller, bound to the controller's cluster address; only worker processes live on the nodes.
 
 Placement is ours, not Ray's: the scheduler's cluster is built from the Ray nodes that have GPUs
 (sorted by address and node id, so the order is stable), our node i is the Ray node whose agent is
@@ -13,7 +14,9 @@ agent of the node that owns g, on that node's GPU g − first GPU of the node.
 
 Caveats: a job's directory (checkpoint, logs) must be on a filesystem every node sees, for a job to
 restart on another node and for ``coddl logs`` to show remote output; a script path must exist on
-every node.
+every node; with the server running as root, a user's account must have the same uid on every node
+(map users to directory-service accounts in ``accounts.yaml``, or let each node create the same
+dedicated accounts from a shared ``/etc/passwd``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S, connect, split_address
+from coddl.runtime.isolation import Isolation
 
 # The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
 # worker bootstrap, which must not run again inside the fork server).
@@ -52,21 +56,34 @@ def _import_ray(address: str):  # noqa: ANN202 - the ray module
     return ray
 
 
+def _ray_temp_dir() -> tuple[str, ...]:
+    """This node's Ray directory (sessions, sockets, logs): a job that reached its sockets could run
+    anything through Ray, outside its sandbox."""
+    try:
+        from ray._private import worker
+
+        return (worker.global_worker.node.get_temp_dir_path(),)
+    except Exception:  # noqa: BLE001 - Ray's private layout moved: fall back on the default, under /tmp
+        return ()
+
+
 class NodeAgent:
     """Runs on one Ray node (as an actor): starts, waits for, kills and pins that node's workers."""
 
-    def __init__(self, first_gpu: int) -> None:
+    def __init__(self, first_gpu: int, isolation: Isolation) -> None:
         import ray
 
         from coddl.elastic.pool import WorkerPool
+        from coddl.runtime.isolation import ConfinedLauncher
 
         self._first_gpu = first_gpu
         self._gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # the physical GPUs Ray reserved for us
-        self._pool = WorkerPool(AGENT_PRELOAD)
+        self._launcher = ConfinedLauncher(WorkerPool(AGENT_PRELOAD), isolation, hide=_ray_temp_dir())
         self._procs: dict[int, object] = {}
 
-    def warm(self) -> float:
-        return self._pool.warm()
+    def warm(self, work_dir: str) -> float:
+        """Start the pool and check that this node confines workers as the server promises."""
+        return self._launcher.probe(Path(work_dir))
 
     def launch(self, spec: WorkerSpec) -> int:
         local = int(spec.env["CODDL_SLOT"]) - self._first_gpu
@@ -76,7 +93,7 @@ class NodeAgent:
         cwd = spec.cwd if os.path.isdir(spec.cwd) else os.getcwd()
         if spec.log_path:
             Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
-        p = self._pool.launch(replace(spec, env=env, cwd=cwd))
+        p = self._launcher.launch(replace(spec, env=env, cwd=cwd))
         self._procs[p.pid] = p
         return p.pid
 
@@ -92,11 +109,9 @@ class NodeAgent:
             p.kill()
 
     def pin(self, pids: list[int], cores: list[int]) -> None:
-        for pid in pids:
-            try:
-                os.sched_setaffinity(pid, cores)
-            except OSError:
-                pass  # exited meanwhile, or cores this node does not have
+        from coddl.runtime.executors.driver import local_pin
+
+        local_pin(dict(enumerate(pids)), tuple(cores))
 
     def shutdown(self) -> None:
         for p in list(self._procs.values()):
@@ -176,7 +191,8 @@ class RayExecutor(ElasticExecutor):
     kind = "ray"
 
     def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings(),
-                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
+                 connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, isolation: Isolation = Isolation("none"),
+                 work_dir: Path | None = None) -> None:
         split_address(address)  # a malformed address is refused before Ray is imported
         ray = _import_ray(address)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -188,16 +204,21 @@ class RayExecutor(ElasticExecutor):
         self._agents = [
             actor.options(num_cpus=0, num_gpus=node.gpus, max_concurrency=1024,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(int(cluster.node_first_gpu[i]))
+            .remote(int(cluster.node_first_gpu[i]), isolation)
             for i, (node, node_id) in enumerate(zip(cluster.nodes, node_ids))
         ]
+        probe_dir = str(work_dir or Path.cwd())
         try:
-            ray.get([a.warm.remote() for a in self._agents], timeout=AGENT_START_S)
+            ray.get([a.warm.remote(probe_dir) for a in self._agents], timeout=AGENT_START_S)
         except ray.exceptions.GetTimeoutError:
             raise ConfigError(f"the node agents did not start within {AGENT_START_S:.0f} s: are the nodes' GPUs "
                               f"held by another Ray job?") from None
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, ConfigError):
+                raise ConfigError(f"a Ray node: {e.cause}") from None
+            raise
         host = ray.util.get_node_ip_address()  # where the nodes reach this controller's job stores
-        super().__init__(cluster, RayLauncher(ray, self._agents, cluster), host, settings)
+        super().__init__(cluster, RayLauncher(ray, self._agents, cluster), host, settings, isolation)
 
     def _worker_record(self, slot: int, pid: int) -> dict:
         return {"slot": slot, "pid": pid, "node": self.cluster.nodes[int(self.cluster.node_of_gpu[slot])].name}
@@ -216,7 +237,16 @@ class RayExecutor(ElasticExecutor):
         try:
             super().close(timeout_s)
         finally:
-            self._ray.get([a.shutdown.remote() for a in self._agents])
-            for a in self._agents:
-                self._ray.kill(a)
-            self._ray.shutdown()
+            self._shutdown_agents()
+
+    def abandon(self) -> None:
+        try:
+            super().abandon()
+        finally:
+            self._shutdown_agents()
+
+    def _shutdown_agents(self) -> None:
+        self._ray.get([a.shutdown.remote() for a in self._agents])
+        for a in self._agents:
+            self._ray.kill(a)
+        self._ray.shutdown()

@@ -1,0 +1,149 @@
+"""How a server isolates its jobs, chosen once at start-up, and the launcher that applies it to every
+worker on every node.
+
+- The server runs as root: each job runs as its owner's Unix account (``coddl.runtime.identity``)
+  inside a sandbox (``coddl.elastic.sandbox``) where the state directory shows only the job's own
+  directory. Unix permissions keep users apart; the sandbox keeps everyone away from the server.
+- The server runs as another user: there is no account to switch to, so every job runs as the
+  server's uid in a sandbox with its own user namespace, where the state directory shows only the
+  job's own directory and the rest of the filesystem is read-only. Jobs then share one uid; they are
+  kept apart by what they can see, not by permissions (see the README).
+- ``--unsafe-no-isolation``: jobs run with the server's privileges, as in a single-user setup. Only
+  then may a host without user namespaces run jobs at all.
+
+Either confined mode is checked at start-up by running one confined worker (``probe``) that looks
+around from the inside; if the kernel refuses any step, the server refuses to start rather than run
+jobs unconfined.
+"""
+
+from __future__ import annotations
+
+import getpass
+import multiprocessing.util
+import os
+import shutil
+import site
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from coddl.elastic.pool import WorkerHandle, WorkerPool
+from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
+from coddl.elastic.worker import WorkerSpec
+from coddl.runtime.errors import ConfigError
+from coddl.runtime.identity import AccountMap
+
+Mode = Literal["accounts", "sandbox", "none"]
+PROBE_UID = 65534  # nobody: the probe of the root mode drops to it without creating an account
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The server-wide choice; ``hide`` is what no job may see (the state directory)."""
+
+    mode: Mode
+    hide: tuple[str, ...] = ()
+    accounts: AccountMap | None = None
+
+    @classmethod
+    def for_server(cls, state_dir: Path, enabled: bool = True) -> Isolation:
+        if not enabled:
+            return cls("none")
+        hide = (str(Path(state_dir).resolve()),)
+        if os.geteuid() == 0:
+            return cls("accounts", hide, AccountMap.load(state_dir))
+        return cls("sandbox", hide)
+
+    def describe(self) -> str:
+        return {"accounts": "each job as its owner's account, sandboxed",
+                "sandbox": f"jobs sandboxed as {getpass.getuser()} (user namespaces)",
+                "none": "NONE: jobs run with the server's privileges (--unsafe-no-isolation)"}[self.mode]
+
+    def confinement(self, owner: str, job_dir: Path) -> Confinement | None:
+        """What a job's workers get (accounts are resolved later, on the node that starts them)."""
+        if self.mode == "none":
+            return None
+        return Confinement(job_dir=str(Path(job_dir).resolve()), hide=self.hide, owner=owner)
+
+
+def installation() -> tuple[str, ...]:
+    """Where this interpreter, its libraries and coddl live: what a worker running as another account
+    must be able to read (a job imports modules the pool did not preload)."""
+    import coddl
+
+    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, *site.getsitepackages(),
+             str(Path(coddl.__file__).resolve().parent.parent)}
+    return tuple(sorted(p for p in paths if os.path.isdir(p)))
+
+
+class ConfinedLauncher:
+    """A ``WorkerPool`` whose workers are confined as the server's ``Isolation`` says: on this node it
+    maps the job's owner to an account, adds the node's private directories to what the job must not
+    see, and starts the worker (which confines itself before the job's code runs). The local executor
+    and every Ray node agent launch through one of these, so every node applies the same rules."""
+
+    def __init__(self, pool: WorkerPool, isolation: Isolation, hide: tuple[str, ...] = ()) -> None:
+        self.pool = pool
+        self.isolation = isolation
+        # the fork server's socket lives in multiprocessing's temp dir: a job that reached it could have
+        # the server fork anything, unconfined
+        self._hide = (multiprocessing.util.get_temp_dir(), *hide)
+        self._expose = installation()
+
+    def launch(self, spec: WorkerSpec) -> WorkerHandle:
+        return self.pool.launch(self.resolve(spec))
+
+    def resolve(self, spec: WorkerSpec) -> WorkerSpec:
+        c = spec.confinement
+        if c is None:
+            if self.isolation.mode != "none":
+                raise PermissionError("refusing to start a worker without confinement on an isolating server")
+            return spec
+        c = replace(c, hide=tuple(dict.fromkeys((*c.hide, *self._hide))), expose=self._expose)
+        if self.isolation.mode == "accounts":
+            account = self.isolation.accounts.ensure(c.owner)
+            c = replace(c, uid=account.uid, gid=account.gid, home=account.home, account=account.name)
+        else:
+            c = replace(c, account=getpass.getuser())
+        return replace(spec, confinement=c)
+
+    def probe(self, work_dir: Path, timeout_s: float = 120.0) -> float:
+        """Start one confined worker that checks the confinement from the inside; returns the seconds
+        taken (the pool's first fork included), or raises ConfigError saying what the host refused."""
+        if self.isolation.mode == "none":
+            return self.pool.warm()
+        t0 = time.perf_counter()
+        Path(work_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+        job_dir = Path(tempfile.mkdtemp(prefix=".probe-", dir=work_dir))  # several Ray agents share a host
+        as_root = self.isolation.mode == "accounts"
+        c = Confinement(job_dir=str(job_dir.resolve()), hide=tuple(dict.fromkeys((*self.isolation.hide, *self._hide))),
+                        expose=self._expose, uid=PROBE_UID if as_root else None,
+                        gid=PROBE_UID if as_root else None,
+                        account="nobody" if as_root else getpass.getuser())
+        env = {"CODDL_PROBE_JOB_DIR": c.job_dir, "CODDL_PROBE_HIDDEN": os.pathsep.join(self.isolation.hide)}
+        if as_root:
+            env["CODDL_PROBE_UID"] = str(PROBE_UID)
+        spec = WorkerSpec(entry="coddl.elastic.sandbox:probe_entry", env=env, cwd=c.job_dir,
+                          log_path=str(job_dir / "logs" / "probe.log"), confinement=c)
+        try:
+            p = self.pool.launch(spec)
+            p.join(timeout_s)
+            code = p.exitcode
+            if code is None:
+                p.kill()
+            log = job_dir / "logs" / "probe.log"
+            out = log.read_text(errors="replace").strip().splitlines() if log.is_file() else []
+        finally:
+            shutil.rmtree(job_dir, ignore_errors=True)
+        if code != 0:
+            reason = out[-1] if out else f"exit code {code}"
+            hint = ("allow unprivileged user namespaces (Debian: sysctl kernel.unprivileged_userns_clone=1; "
+                    "Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0), run the server as root, "
+                    if not as_root else "")
+            kind = "confine" if code == EXIT_CONFINEMENT else "verify the confinement of"
+            raise ConfigError(f"cannot {kind} jobs on this host ({reason.removeprefix('coddl: ')}); {hint}"
+                              f"or start with --unsafe-no-isolation to run jobs with the server's privileges")
+        return time.perf_counter() - t0
