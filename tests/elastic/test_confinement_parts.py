@@ -121,3 +121,12 @@ def test_progress_reports_are_checked_before_they_reach_the_controller():
         d = json.loads(good.dumps()) | bad
         with pytest.raises(ValueError):
             Progress.loads(json.dumps(d))
+
+
+def test_a_confined_spec_survives_the_trip_to_a_cold_worker():
+    from coddl.elastic.sandbox import Confinement
+    from coddl.elastic.worker import WorkerSpec
+
+    spec = WorkerSpec(entry="train.py", args=("--x",), env={"A": "1"}, confinement=Confinement(
+        job_dir="/s/jobs/1", hide=("/s",), expose=("/opt/py",), owner="alice", uid=1001, gid=1001, account="alice"))
+    assert WorkerSpec.from_json(spec.to_json()) == spec

@@ -59,7 +59,9 @@ def start_pair(root: Path, elsewhere: Path) -> dict[str, Server | str]:
     in ``elsewhere`` (pytest's own temp dirs are private to root)."""
     servers: dict[str, Server | str] = {}
     (root / "root").mkdir()
-    admin = coddl("token", "create", "operator", "--admin", "--state-dir", str(root / "root" / "state")).stdout.strip()
+    admin = coddl("token", "create", "operator", "--admin", "--offline", "--state-dir",
+                  str(root / "root" / "state")).stdout.strip()
+    assert admin, "could not create the operator's token"
     servers["root"] = Server(root / "root" / "state", gpus=3, env={"CODDL_TOKEN": admin}, wait=False)
     if os.geteuid() != 0:
         servers["unprivileged"] = "the test runs unprivileged: the root server above is then the unprivileged one"
@@ -76,7 +78,8 @@ def start_pair(root: Path, elsewhere: Path) -> dict[str, Server | str]:
             pw = pwd.getpwnam(SERVER_ACCOUNT)
             for p in (home, home / "tmp", home / "state"):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
-            own = coddl("token", "create", "operator", "--admin", "--state-dir", str(home / "state"), prefix=python)
+            own = coddl("token", "create", "operator", "--admin", "--offline", "--state-dir", str(home / "state"),
+                        prefix=python)
             servers["unprivileged"] = Server(home / "state", gpus=3, python=python, wait=False,
                                              env={"CODDL_TOKEN": own.stdout.strip(), "HOME": str(home)})
     for name, s in servers.items():
@@ -127,7 +130,8 @@ def attack(servers: dict[str, Server]) -> dict[str, dict]:
             srv.submit({"name": "attacker", "command": ["python", str(HOSTILE)], "steps": 1, "max_gpus": 1,
                         "model": "tiny", "env": env}, mallory),
             srv.submit({"name": "mint", "entrypoint": "coddl.cli.main:main", "steps": 1, "max_gpus": 1,
-                        "args": ["token", "create", "mallory-admin", "--admin", "--state-dir", str(srv.state_dir)]},
+                        "args": ["token", "create", "mallory-admin", "--admin", "--offline", "--state-dir",
+                                 str(srv.state_dir)]},
                        mallory))
     out = {}
     for name, srv in servers.items():

@@ -4,7 +4,11 @@ Importing torch costs about 3.4 s on this hardware class and the first optimizer
 ``torch._dynamo`` on top; a child forked from a forkserver that preloaded both is ready in about
 0.05 s. That difference is most of what makes an in-place grow cheap, so executors should launch
 through a ``WorkerPool``; ``ColdLauncher`` exists for comparison (benchmarks) and for hosts where a
-forkserver is unwanted.
+forkserver is unwanted. A worker whose spec asks for confinement confines itself after the fork
+(``coddl.elastic.sandbox``), so the pool stays warm for confined jobs too.
+
+The fork server is started with a clean environment (``sandbox.clean_environment``): every worker is a
+copy of it, and must not carry the server's secrets even in memory.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ class WorkerSpec:
         d = json.loads(raw)
         c = d.get("confinement")
         return cls(**{**d, "args": tuple(d["args"]), "sys_path": tuple(d["sys_path"]),
-                      "confinement": None if c is None else Confinement(**{**c, "hide": tuple(c["hide"])})})
+                      "confinement": None if c is None else Confinement(**{**c, "hide": tuple(c["hide"]),
+                                                                            "expose": tuple(c["expose"])})})
 
 
 def run_worker(spec: WorkerSpec) -> None:
