@@ -9,7 +9,7 @@ import pytest
 
 from coddl.core.cluster import Cluster, GpuType, LinkSpec, Node
 from coddl.perf.curves import load_coddl_curves
-from coddl.perf.estimator import ThroughputModel
+from coddl.perf.estimator import Estimator
 from coddl.sim.estimator_rate import EstimatorRate, curve_profile, model_params
 
 CLUSTER = Cluster(nodes=(Node("v0", 4, "V100"), Node("v1", 4, "V100"), Node("k0", 4, "K80")),
@@ -42,13 +42,13 @@ def test_mixing_types_runs_at_the_slowest_pace_unless_batches_are_balanced():
 
 
 def test_the_profile_explains_the_measured_curve_on_the_cluster_s_links():
-    model = ThroughputModel.for_cluster(CLUSTER)
+    model = Estimator.for_cluster(CLUSTER)
     for name in ("Resnet50Model128", "VggnetModel256", "ChatbotModel256"):
         m = CURVES.model_index(name)
         kmax = int(CURVES.max_gpus[m])
         profile = curve_profile(name, CURVES.rate[m], kmax, model, 4)
         k = np.arange(1, kmax + 1)
-        est = 1.0 / model.seconds_per_iteration(profile, 1.0 / k, k, -(-k // 4), np.minimum(k, 4))
+        est = model.rates(profile, k, -(-k // 4), np.minimum(k, 4), 1.0 / k, uncertainty=False).iterations_per_s
         assert est[0] == pytest.approx(CURVES.rate[m, 1])  # one GPU: exact by construction
         assert np.mean(np.abs(est / CURVES.rate[m, 1:kmax + 1] - 1.0)) < 0.25
 

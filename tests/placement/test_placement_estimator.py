@@ -11,7 +11,9 @@ from hypothesis import given, settings, strategies as st
 
 from coddl.core.cluster import Cluster, GpuType, LinkSpec, Node
 from coddl.perf.curves import CurveTable
-from coddl.perf.estimator import ComputeModel, JobProfile, Placement, ThroughputModel
+from coddl.perf.estimator import Estimator, Placement
+from coddl.perf.fabric import Fabric
+from coddl.perf.jobmodel import JobModel, Prior, theta_of
 from coddl.placement.placer import ConsolidatingPlacer, Request
 from coddl.sim.estimator_rate import EstimatorRate
 
@@ -171,21 +173,22 @@ def test_one_request_consolidates_and_keeps_one_type_whenever_it_can(held, k, al
 @settings(max_examples=200, deadline=None)
 @given(k=st.integers(2, 16), per_node=st.sampled_from([2, 4, 8]), data=st.data(),
        params=st.floats(1e5, 5e8), t1=st.floats(1e-3, 2.0), fixed=st.floats(0.0, 0.9),
-       inter=st.floats(0.1, 50.0), intra_ratio=st.floats(1.0, 100.0), overlap=st.floats(1.0, 5.0))
+       inter=st.floats(0.1, 50.0), intra_ratio=st.floats(1.0, 100.0), rho=st.floats(0.0, 0.99),
+       eta=st.floats(0.1, 10.0))
 def test_a_spread_placement_is_never_estimated_faster_than_a_consolidated_one(
-        k, per_node, data, params, t1, fixed, inter, intra_ratio, overlap):
-    links = LinkSpec(intra_node_gbps=inter * intra_ratio, inter_node_gbps=inter, intra_node_latency_us=5.0,
-                     inter_node_latency_us=20.0)
-    model = ThroughputModel(links, overlap=overlap)  # ring all-reduce, the default
-    profile = JobProfile("m", ComputeModel(t1 * fixed, t1 * (1 - fixed)), 4 * params, 1.0)
+        k, per_node, data, params, t1, fixed, inter, intra_ratio, rho, eta):
+    """With the ring all-reduce and no two-node factor (a calibrated two-node slowdown can make
+    three nodes beat two, as on Pollux's testbed, where that is what was measured)."""
+    model = Estimator(Fabric(inter * intra_ratio, inter, 5.0, 20.0, "ring"))
+    profile = JobModel("m", 4 * params, t1, 1.0, theta_of(fixed, eta, rho), np.eye(3), Prior())
     # any split of the same k GPUs over nodes of ``per_node`` GPUs
     parts, left = [], k
     while left:
         part = data.draw(st.integers(1, min(per_node, left)))
         parts.append(part)
         left -= part
-    spread = model.throughput(profile, Placement.on(parts))
-    consolidated = model.throughput(profile, Placement.consolidated(k, per_node))
+    spread = model.throughput(profile, Placement.on(parts), 1.0)
+    consolidated = model.throughput(profile, Placement.consolidated(k, per_node), 1.0)
     assert spread <= consolidated * (1 + 1e-12)
 
 
@@ -199,5 +202,5 @@ def test_the_estimator_rate_charges_a_spread_job_less_and_reproduces_consolidate
     spread = rate.rate(0, (0, 1, 4, 5), 0)
     assert spread < one_node
     assert spread / one_node == pytest.approx(
-        rate.estimator.throughput(rate._profiles[0], Placement.on((2, 2), "V100"))
-        / rate.estimator.throughput(rate._profiles[0], Placement.on((4,), "V100")))
+        rate.estimator.throughput(rate._profiles[0], Placement.on((2, 2), "V100"), 1.0)
+        / rate.estimator.throughput(rate._profiles[0], Placement.on((4,), "V100"), 1.0))

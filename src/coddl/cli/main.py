@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from coddl.cli import cluster, experiment, metrics, server, tokens, trace
+from coddl.cli import cluster, estimate, experiment, metrics, server, tokens, trace
 from coddl.cli.policies import policies_cmd
 from coddl.cli.replay import replay_cmd
 from coddl.cli.simulate import simulate_cmd
@@ -18,6 +18,7 @@ app.add_typer(trace.app, name="trace", help="inspect, convert and export traces"
 app.add_typer(cluster.app, name="cluster", help="cluster specs and the live cluster")
 app.add_typer(experiment.app, name="experiment", help="reproduce published comparisons")
 app.add_typer(metrics.app, name="metrics", help="Prometheus metrics of the live cluster")
+app.add_typer(estimate.app, name="estimate", help="throughput estimation: calibrate, predict, accuracy")
 server.register(app)
 app.add_typer(tokens.app, name="token")
 

@@ -44,7 +44,8 @@ from coddl.core.cluster import Cluster, Node
 from coddl.core.job import JobSpec
 from coddl.perf.cpu import load_synergy_cpu
 from coddl.perf.curves import CurveTable, data_path
-from coddl.perf.estimator import ComputeModel, JobProfile, ThroughputModel
+from coddl.perf.estimator import Estimator
+from coddl.perf.jobmodel import JobModel, Prior
 from coddl.experiments.grid import registered, run_grid
 from coddl.scheduler import Scheduler
 
@@ -78,12 +79,14 @@ def cluster() -> Cluster:
 
 def synergy_curves(c: Cluster, kmax: int = 64) -> CurveTable:
     """P_m(k) for Synergy's models from the analytic estimator (see the module docstring)."""
-    est = ThroughputModel.for_cluster(c)
+    est = Estimator.for_cluster(c)
+    prior = Prior()
     names, rates, best = [], [], []
     for m, prof in load_synergy_cpu().profiles.items():
-        t = prof.iter_time_s
-        compute = ComputeModel(OVERHEAD_SHARE * t, (1.0 - OVERHEAD_SHARE) * t / prof.batch)
-        curve = est.curve(JobProfile(m, compute, 4.0 * PARAMS[m], float(prof.batch)), kmax, GPUS_PER_NODE)
+        theta = np.array(prior.mean, dtype=float)
+        theta[0] = OVERHEAD_SHARE
+        job = JobModel(m, 4.0 * PARAMS[m], prof.iter_time_s, float(prof.batch), theta, prior.cov, prior)
+        curve = est.curve(job, kmax, GPUS_PER_NODE, global_batch=float(prof.batch))
         names.append(m)
         rates.append(np.array(curve))
         best.append(int(np.argmax(curve)))
@@ -94,7 +97,7 @@ def synergy_curves(c: Cluster, kmax: int = 64) -> CurveTable:
 @lru_cache(maxsize=None)
 def _pollux_app(app: str) -> tuple[dict[int, float], tuple[float, float]]:
     """(iterations to converge by validated batch size, (α, β) of the 1-GPU step time α + β·b)."""
-    from coddl.perf.profiles import load_pollux_app
+    from coddl.perf.convert import pollux_table
 
     folder = data_path(f"profiles/pollux/{app}")
     iters = {}
@@ -102,9 +105,9 @@ def _pollux_app(app: str) -> tuple[dict[int, float], tuple[float, float]]:
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh))
         iters[int(f.stem.split("-")[1])] = float(rows[-1]["iteration"])
-    one = load_pollux_app(app).single_gpu
-    b = np.array([r.local_bsz for r in one], dtype=float)
-    t = np.array([r.step_time for r in one])
+    rows = pollux_table().where(model=app)
+    one = rows.gpus == 1
+    b, t = rows.local_batch[one], rows.step_s[one]
     beta, alpha = np.polyfit(b, t, 1)
     return iters, (max(float(alpha), 0.0), max(float(beta), 0.0))
 

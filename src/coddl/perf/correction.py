@@ -1,28 +1,42 @@
 """Online correction of the estimate with a running job's measured throughput (CoDDL's step 3).
 
-The analytic model is right about *shape* (how throughput changes with the placement) far more often
-than about *scale*: a job's data pipeline, kernel mix or gradient layout can make it uniformly
-faster or slower than its one-GPU profile suggests. So each job carries one multiplicative factor,
-measured ÷ predicted, estimated in log space (a 2× error up and down weigh the same):
+``correct`` is the estimator's own correction: measured steps — rows of the profile format, the
+same kind of data as the one-GPU profile — update the job's belief over its per-job parameters
+(fixed share, communication efficiency, overlap) by regularised least squares from its current
+belief (``JobModel.updated``). One measurement moves the estimate only as far as its noise allows
+against how unsure the prior was, so a stray step cannot throw the job's curve far, and steps at
+two or more sizes pin down how the job scales rather than one factor at one size.
+
+``OnlineCorrection`` is the scalar form the real system's controller uses today: one
+multiplicative factor per job, measured ÷ predicted, estimated in log space (a 2× error up and
+down weigh the same):
 
 - the first ``warmup`` samples are averaged plainly, so a wrong prior is replaced at the first sample;
 - after that an exponentially weighted mean follows slow drift;
 - every sample's deviation from the current estimate is clipped to ±``clip`` (log space), so a
   stray measurement (a stalled step, a checkpoint) cannot throw the factor far.
-
-Where the shape is off too, ``ModelCorrection`` corrects the estimator's compute and communication
-parts separately, from samples at several batch sizes of one placement.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
-from coddl.perf.estimator import overlapped
+from coddl.perf.calibrate import job_steps
+from coddl.perf.estimator import Estimator
+from coddl.perf.jobmodel import JobModel
+from coddl.perf.table import ProfileTable
+
+
+def correct(job: JobModel, estimator: Estimator, measured: ProfileTable) -> JobModel:
+    """``job`` after its measured rows (any GPU counts; one-GPU rows refine only the fixed share).
+    Rows are in the profile format; their ``comm_s``, where given, is used too."""
+    if len(measured) == 0:
+        return job
+    speed = np.array([estimator.speed(job, t) for t in measured.gpu_type])
+    return job.updated(job_steps(measured, estimator.fabric, speed))
 
 
 @dataclass
@@ -57,56 +71,3 @@ class OnlineCorrection:
 
     def corrected(self, predicted: float) -> float:
         return predicted * self.factor
-
-
-@dataclass
-class ModelCorrection:
-    """Per-job correction of the estimator's two parts, from a running job's measured step times.
-
-    A job measured on one placement at several batch sizes shows more than a scale: its compute time
-    moves with the batch while its all-reduce does not, so the samples tell how far each part is off
-    and how much of the all-reduce hides under compute. Each sample is the estimator's compute and
-    communication seconds for that step plus the measured seconds; the fit (least squares in log
-    time) is a compute factor between 0.6 and 1.65, a communication factor and the job's own overlap γ.
-    Fewer than ``min_batches`` distinct compute times cannot separate those, and samples from one
-    node say nothing about the inter-node links that other placements use: then one factor scales
-    both parts (with the cluster's γ), the correction ``OnlineCorrection`` applies.
-    """
-
-    overlap: float  # the cluster's calibrated γ: the starting point and the fallback
-    min_batches: int = 3
-    compute_factor: float = 1.0
-    comm_factor: float = 1.0
-    job_overlap: float = field(init=False)
-    _samples: list[tuple[float, float, float]] = field(default_factory=list, init=False, repr=False)
-    _across_nodes: bool = field(default=False, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.job_overlap = self.overlap
-
-    def observe(self, compute_s: float, comm_s: float, measured_s: float, nodes: int) -> None:
-        """One measured step: the estimator's parts for it, the measured seconds, and how many nodes
-        the job spanned."""
-        if compute_s <= 0.0 or comm_s < 0.0 or measured_s <= 0.0:
-            return
-        self._samples.append((compute_s, comm_s, measured_s))
-        self._across_nodes |= nodes > 1
-        self._fit()
-
-    def seconds(self, compute_s: np.ndarray | float, comm_s: np.ndarray | float) -> np.ndarray:
-        """Corrected step time of steps the estimator puts at ``compute_s`` + ``comm_s``."""
-        return overlapped(np.asarray(compute_s) * self.compute_factor, np.asarray(comm_s) * self.comm_factor,
-                          self.job_overlap)
-
-    def _fit(self) -> None:
-        c, s, t = (np.array(col) for col in zip(*self._samples))
-        if not self._across_nodes or np.unique(np.round(c, 12)).size < self.min_batches:
-            f = float(np.exp(np.mean(np.log(t / overlapped(c, s, self.overlap)))))
-            self.compute_factor = self.comm_factor = f
-            self.job_overlap = self.overlap
-            return
-        fit = least_squares(
-            lambda x: np.log(overlapped(c * np.exp(x[1]), s * np.exp(x[2]), x[0]) / t),
-            [self.overlap, 0.0, 0.0], bounds=([1.0, -0.5, -3.0], [10.0, 0.5, 3.0]))
-        self.job_overlap, self.compute_factor, self.comm_factor = (
-            float(fit.x[0]), float(np.exp(fit.x[1])), float(np.exp(fit.x[2])))

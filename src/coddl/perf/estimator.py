@@ -1,134 +1,53 @@
 """The topology- and heterogeneity-aware throughput estimator (ALGORITHMS.md §6).
 
-CoDDL predicts how fast a job trains on any allocation from ONE GPU: the one-GPU run gives the
-compute time as a function of the local batch and the bytes to all-reduce; a one-time inspection of
-the cluster gives the link bandwidths and latencies (``calibrate.py``). An iteration is then
+CoDDL predicts how fast a job trains on any allocation from ONE GPU: the job's one-GPU inspection
+gives its compute time as a function of the local batch and the bytes it all-reduces
+(``jobmodel.JobModel``); a one-time inspection of the cluster gives the fabric — link bandwidths
+and latencies per level and the collective algorithm (``fabric.Fabric``, ``calibrate.py``). An
+``Estimator`` combines the two for any placement and returns a prediction with its uncertainty;
+measured throughput then sharpens each job's belief (``JobModel.updated``, ``correction.py``).
 
-    compute   C = t1(local batch) / speed of the slowest (or, balanced, every) GPU type
-    all-reduce S = ring or hierarchical all-reduce of the gradient bytes over the placement's links
-    iteration T = (C^γ + S^γ)^(1/γ)
-
-where γ ≥ 1 is the overlap factor (γ = 1: no overlap, T = C + S; γ → ∞: perfect overlap,
-T = max(C, S)); this is the overlap form Pollux fits to its own measurements. Measured throughput
-then corrects the estimate per job (``correction.py``).
-
-Policies consume ``curve()`` (consolidated placements, k = 0…kmax); the placer and the simulator ask
-``throughput()`` for concrete placements. Both are cached because the simulator asks again at every
-placement change and the answer depends only on (profile, placement shape).
+Two paths: ``predict`` evaluates many (job, placement) pairs in one vectorised pass (the placer,
+the policies and the accuracy protocol ask thousands at a time), and ``throughput`` answers one
+placement that may mix GPU types (a job spanning types either waits for its slowest GPU or, with
+``balance``, splits its batch in proportion to speed — CoDDL's dynamic load balancing).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
-from scipy.optimize import curve_fit, nnls
 
-from coddl.core.cluster import Cluster, GpuType, LinkSpec
+from coddl.core.cluster import Cluster, GpuType
+from coddl.perf.fabric import Fabric
+from coddl.perf.jobmodel import NP, THETA_LOWER, THETA_UPPER, JobModel, overlapped, step_model
 
-Algorithm = Literal["ring", "hierarchical"]
-
-
-@dataclass(frozen=True, slots=True)
-class ComputeModel:
-    """Seconds of forward + backward + update on one GPU at local batch b: α + β·b^γ.
-
-    The power term is there because small batches under-occupy the GPU (sub-linear growth) and an
-    affine fit misses that; γ = 1 is the affine model.
-    """
-
-    alpha: float
-    beta: float
-    gamma: float = 1.0
-
-    def seconds(self, local_bsz: float | np.ndarray) -> float | np.ndarray:
-        return self.alpha + self.beta * np.power(local_bsz, self.gamma)
-
-    @staticmethod
-    def fit(local_bsz: np.ndarray | list[float], seconds: np.ndarray | list[float]) -> "ComputeModel":
-        """Least relative error fit to one-GPU measurements (affine when fewer than three batch
-        sizes were measured, constant for one)."""
-        b = np.asarray(local_bsz, dtype=float)
-        t = np.asarray(seconds, dtype=float)
-        distinct = len(np.unique(b))
-        if distinct == 0:
-            raise ValueError("a compute model needs at least one one-GPU measurement")
-        if distinct == 1:
-            return ComputeModel(float(t.mean()), 0.0)
-        (a, c), _ = nnls(np.c_[np.ones_like(b), b] / t[:, None], np.ones_like(t))
-        affine = ComputeModel(float(a), float(c))
-        if distinct == 2:
-            return affine
-        (a, c, g), _ = curve_fit(lambda x, a, c, g: a + c * x**g, b, t, sigma=t, maxfev=20000,
-                                 p0=[affine.alpha, max(affine.beta, 1e-9), 1.0],
-                                 bounds=([0.0, 0.0, 0.3], [np.inf, np.inf, 2.0]))
-        return ComputeModel(float(a), float(c), float(g))
-
-
-@dataclass(frozen=True, slots=True)
-class JobProfile:
-    """What the one-GPU inspection of a job yields; immutable and hashable (a cache key).
-
-    ``batch_size`` is the global batch split over the GPUs (CoDDL's curves are measured at a fixed
-    global batch) unless ``per_gpu_batch``, where every GPU processes ``batch_size`` samples (weak
-    scaling, as in Pollux's tables). ``type_speed`` holds measured compute speeds of other GPU types
-    relative to ``gpu_type`` for this model (e.g. from Gavel); types not listed fall back to the
-    ratio of the cluster's ``GpuType.speed``. ``cpu_speed`` is optional (cores per GPU, relative
-    speed) points, e.g. from Synergy's CPU-sensitivity table; empty means CPU-insensitive.
-    """
-
-    name: str
-    compute: ComputeModel
-    param_bytes: float
-    batch_size: float
-    per_gpu_batch: bool = False
-    gpu_type: str = "V100"
-    type_speed: tuple[tuple[str, float], ...] = ()
-    cpu_speed: tuple[tuple[float, float], ...] = ()
-
-    def speed_on(self, gpu_type: str, gpu_types: Mapping[str, GpuType]) -> float:
-        for t, s in self.type_speed:
-            if t == gpu_type:
-                return s
-        if gpu_type == self.gpu_type:
-            return 1.0
-        ref = gpu_types.get(self.gpu_type, GpuType(self.gpu_type)).speed
-        return gpu_types.get(gpu_type, GpuType(gpu_type)).speed / ref
-
-    def cpu_factor(self, cores_per_gpu: float) -> float:
-        if not self.cpu_speed:
-            return 1.0
-        cores, speed = zip(*sorted(self.cpu_speed))
-        return float(np.interp(cores_per_gpu, cores, speed))
+Z90 = 1.6448536269514722  # two-sided 90% interval of a normal
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """How many GPUs of which type a job holds on each node (order-free: stored sorted), and
-    optionally the CPU cores it was given."""
+    """How many GPUs of which type a job holds on each node (order-free: stored largest first)."""
 
     gpus_per_node: tuple[int, ...]
     gpu_types: tuple[str, ...]
-    cpus: int | None = None
 
     def __post_init__(self) -> None:
         if len(self.gpus_per_node) != len(self.gpu_types):
             raise ValueError(f"placement: {len(self.gpus_per_node)} node GPU counts but "
                              f"{len(self.gpu_types)} GPU types")
-        if any(g < 1 for g in self.gpus_per_node):
+        if not self.gpus_per_node or any(g < 1 for g in self.gpus_per_node):
             raise ValueError(f"placement: every node needs at least one GPU, got {self.gpus_per_node}")
-        if self.cpus is not None and self.cpus < 1:
-            raise ValueError(f"placement: cpus must be positive, got {self.cpus}")
         nodes = sorted(zip(self.gpus_per_node, self.gpu_types), key=lambda n: (-n[0], n[1]))
         object.__setattr__(self, "gpus_per_node", tuple(g for g, _ in nodes))
         object.__setattr__(self, "gpu_types", tuple(t for _, t in nodes))
 
     @staticmethod
-    def on(gpus_per_node: tuple[int, ...] | list[int], gpu_type: str = "V100",
-           cpus: int | None = None) -> "Placement":
+    def on(gpus_per_node: Sequence[int], gpu_type: str = "V100") -> "Placement":
         """All nodes of one GPU type, e.g. ``Placement.on((2, 1))``: 3 GPUs on 2 nodes."""
-        return Placement(tuple(gpus_per_node), (gpu_type,) * len(gpus_per_node), cpus)
+        return Placement(tuple(gpus_per_node), (gpu_type,) * len(gpus_per_node))
 
     @staticmethod
     def consolidated(k: int, gpus_per_node: int, gpu_type: str = "V100") -> "Placement":
@@ -150,150 +69,130 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
-class IterationTime:
-    compute: float
-    communication: float
-    seconds: float
+class Prediction:
+    """Iterations/s with a 90% interval; ``log_sd`` is the spread of log time (0 = certain):
+    the interval's half-width in log space ÷ 1.645."""
 
-    @property
-    def iterations_per_s(self) -> float:
-        return 1.0 / self.seconds if self.seconds > 0 else 0.0
-
-
-def allreduce_seconds(nbytes: float, num_gpus: np.ndarray, num_nodes: np.ndarray, max_per_node: np.ndarray,
-                      links: LinkSpec, algorithm: Algorithm = "ring", bucket_bytes: float = 25e6) -> np.ndarray:
-    """All-reduce time of ``nbytes`` of gradients, vectorised over placement shapes.
-
-    The framework all-reduces in buckets (PyTorch DDP: 25 MB), and each bucket pays the per-step
-    latency of the algorithm. Ring: 2(k−1) steps each moving bytes/k; one slow hop paces the ring, so
-    any ring that leaves a node runs at the inter-node bandwidth. Hierarchical (2-D): reduce-scatter
-    and all-gather inside each node over 2(g−1) steps, and between them every GPU all-reduces its
-    1/g shard across the n nodes; the g shards share the node's NIC, so that phase moves
-    2(n−1)/n · bytes through it. g is the fullest node's count, and n the node count. Because spreading
-    shrinks the intra-node phase, the 2-D form can favour spread placements unless the intra-node
-    links are much better than the inter-node ones; the ring never does (given intra ≥ inter).
-    Switches are not modelled: all inter-node traffic sees one bandwidth and latency. A job on exactly
-    two nodes pays ``links.two_node_factor`` × that time (a calibrated property of the fabric).
-    """
-    k = np.asarray(num_gpus, dtype=float)
-    n = np.asarray(num_nodes, dtype=float)
-    g = np.asarray(max_per_node, dtype=float)
-    buckets = max(1.0, float(np.ceil(nbytes / bucket_bytes)))
-    bw_intra, bw_inter = links.intra_node_gbps * 1e9, links.inter_node_gbps * 1e9
-    lat_intra, lat_inter = links.intra_node_latency_us * 1e-6, links.inter_node_latency_us * 1e-6
-    if algorithm == "ring":
-        one_node = n <= 1
-        steps = 2.0 * (k - 1.0)
-        t = (steps / np.maximum(k, 1.0) * nbytes / np.where(one_node, bw_intra, bw_inter)
-             + steps * buckets * np.where(one_node, lat_intra, lat_inter))
-    elif algorithm == "hierarchical":
-        gs, ns = 2.0 * (g - 1.0), 2.0 * (n - 1.0)
-        t = (gs / np.maximum(g, 1.0) * nbytes / bw_intra + gs * buckets * lat_intra
-             + ns / np.maximum(n, 1.0) * nbytes / bw_inter + ns * buckets * lat_inter)
-    else:
-        raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; use 'ring' or 'hierarchical'")
-    t = np.where(n == 2, t * links.two_node_factor, t)
-    return np.where(k > 1, t, 0.0)
-
-
-def overlapped(compute: np.ndarray, comm: np.ndarray, overlap: float) -> np.ndarray:
-    """(C^γ + S^γ)^(1/γ), computed as max·(1 + (min/max)^γ)^(1/γ) so large γ cannot overflow."""
-    c, s = np.asarray(compute, dtype=float), np.asarray(comm, dtype=float)
-    hi, lo = np.maximum(c, s), np.minimum(c, s)
-    ratio = np.divide(lo, hi, out=np.zeros_like(hi), where=hi > 0)
-    return hi * (1.0 + ratio**overlap) ** (1.0 / overlap)
+    iterations_per_s: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    log_sd: np.ndarray
+    compute_s: np.ndarray
+    comm_s: np.ndarray
 
 
 @dataclass(frozen=True)
-class ThroughputModel:
-    """Iterations/s of a job on a placement, from its one-GPU profile and the cluster's links.
+class JobBatch:
+    """Several jobs' parameters as columns, so one query can cover thousands of (job, placement)
+    pairs: ``predict(batch, index, ...)`` with ``index`` naming each pair's job."""
 
-    ``balance``: a job whose GPUs differ in speed either gives every GPU the same local batch (all
-    wait for the slowest) or, CoDDL's dynamic load balancing, splits the global batch in proportion
-    to speed. ``overlap`` defaults to γ as calibrated on Pollux's measurements (1.68), ``bucket_mb``
-    to PyTorch DDP's bucket size. The cache is unbounded: it holds one entry per (profile, placement
-    shape) and per curve asked for, which a simulation keeps small.
+    t_ref: np.ndarray
+    b_ref: np.ndarray
+    param_bytes: np.ndarray
+    theta: np.ndarray  # (J, NP)
+    cov: np.ndarray  # (J, NP, NP)
+    noise: np.ndarray
+
+    @staticmethod
+    def of(jobs: Sequence[JobModel]) -> "JobBatch":
+        return JobBatch(np.array([j.t_ref for j in jobs]), np.array([j.b_ref for j in jobs]),
+                        np.array([j.param_bytes for j in jobs]), np.array([j.theta for j in jobs]).reshape(-1, NP),
+                        np.array([j.cov for j in jobs]).reshape(-1, NP, NP), np.array([j.prior.noise for j in jobs]))
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A cluster's fabric and GPU types; predicts any job's throughput on any placement.
+
+    ``type_speed`` gives per-(job name, GPU type) compute speeds relative to the type the job was
+    profiled on (e.g. Gavel's measured ratios); otherwise the ratio of ``GpuType.speed``.
     """
 
-    links: LinkSpec = field(default_factory=LinkSpec)
+    fabric: Fabric = field(default_factory=Fabric)
     gpu_types: Mapping[str, GpuType] = field(default_factory=dict)
-    algorithm: Algorithm = "ring"
-    overlap: float = 1.7
-    bucket_mb: float = 25.0
+    type_speed: Mapping[tuple[str, str], float] = field(default_factory=dict)
     balance: bool = True
-    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.overlap < 1.0:
-            raise ValueError(f"overlap factor γ must be ≥ 1 (1 = no overlap), got {self.overlap}")
-        if self.algorithm not in ("ring", "hierarchical"):
-            raise ValueError(f"unknown all-reduce algorithm {self.algorithm!r}; use 'ring' or 'hierarchical'")
 
     @staticmethod
-    def for_cluster(cluster: Cluster, **kwargs) -> "ThroughputModel":
-        return ThroughputModel(links=cluster.links, gpu_types=dict(cluster.gpu_types), **kwargs)
+    def for_cluster(cluster: Cluster, fabric: Fabric | None = None, **kwargs) -> "Estimator":
+        return Estimator(fabric or Fabric.of(cluster.links), dict(cluster.gpu_types), **kwargs)
 
-    # ---- one placement ----
-    def iteration(self, profile: JobProfile, placement: Placement) -> IterationTime:
-        key = (profile, placement)
-        hit = self._cache.get(key)
-        if hit is None:
-            hit = self._cache[key] = self._iteration(profile, placement)
-        return hit
+    def speed(self, job: JobModel, gpu_type: str) -> float:
+        hit = self.type_speed.get((job.name, gpu_type))
+        if hit is not None:
+            return hit
+        if not job.gpu_type or gpu_type == job.gpu_type:
+            return 1.0
+        ref = self.gpu_types.get(job.gpu_type, GpuType(job.gpu_type)).speed
+        return self.gpu_types.get(gpu_type, GpuType(gpu_type)).speed / ref
 
-    def throughput(self, profile: JobProfile, placement: Placement) -> float:
-        """Iterations/s."""
-        return self.iteration(profile, placement).iterations_per_s
+    # ---- vectorised ----
+    def predict(self, jobs: JobBatch, index: np.ndarray | int, gpus: np.ndarray, nodes: np.ndarray,
+                max_per_node: np.ndarray, local_batch: np.ndarray, speed: np.ndarray | float = 1.0,
+                uncertainty: bool = True) -> Prediction:
+        """Iterations/s of ``jobs[index]`` on each placement shape at each local batch (arrays of
+        equal length; ``speed`` the GPUs' compute speed relative to the job's profiled type)."""
+        i = np.asarray(index)
+        comm_base = self.fabric.allreduce_seconds(jobs.param_bytes[i], gpus, nodes, max_per_node)
+        theta = jobs.theta[i]
+        if not uncertainty:
+            log_t, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta)
+            rate = np.exp(-log_t)
+            z = np.zeros_like(rate)
+            return Prediction(rate, rate, rate, z, z, z)
+        log_t, g, c, s, _, _ = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta,
+                                          grad=True)
+        # The parameters' part of the interval: log T at θ ± z·Σg/√(gᵀΣg), the points where the
+        # linearised log T is ±z standard deviations, kept within the parameters' bounds. Far from
+        # the profiled batch the model is far from linear in f, and this stays finite and honest
+        # where a linear propagation would not.
+        cov = jobs.cov[i]
+        sg = np.einsum("nij,nj->ni", cov, g)
+        lin_sd = np.sqrt(np.maximum(np.einsum("ni,ni->n", g, sg), 1e-300))
+        shift = Z90 * sg / lin_sd[:, None]
+        up, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base,
+                         np.clip(theta + shift, THETA_LOWER, THETA_UPPER))
+        down, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base,
+                           np.clip(theta - shift, THETA_LOWER, THETA_UPPER))
+        noise = Z90 * jobs.noise[i]
+        slower = np.sqrt(np.maximum(up - log_t, 0.0) ** 2 + noise**2)
+        faster = np.sqrt(np.maximum(log_t - down, 0.0) ** 2 + noise**2)
+        rate = np.exp(-log_t)
+        return Prediction(rate, np.exp(-log_t - slower), np.exp(-log_t + faster), (slower + faster) / (2 * Z90), c,
+                          np.exp(log_t) - c)
 
-    def samples_per_s(self, profile: JobProfile, placement: Placement) -> float:
-        return self.throughput(profile, placement) * self._global_batch(profile, placement.num_gpus)
+    def rates(self, job: JobModel, gpus: np.ndarray, nodes: np.ndarray, max_per_node: np.ndarray,
+              local_batch: np.ndarray, speed: np.ndarray | float = 1.0, uncertainty: bool = True) -> Prediction:
+        """``predict`` for one job on many shapes."""
+        n = np.asarray(gpus).shape
+        return self.predict(JobBatch.of([job]), np.zeros(n, dtype=np.int64), np.asarray(gpus), np.asarray(nodes),
+                            np.asarray(max_per_node), np.broadcast_to(np.asarray(local_batch, float), n), speed,
+                            uncertainty)
 
-    def _iteration(self, profile: JobProfile, placement: Placement) -> IterationTime:
+    # ---- one placement (may mix types) ----
+    def throughput(self, job: JobModel, placement: Placement, global_batch: float) -> float:
+        """Iterations/s of ``job`` on ``placement`` at ``global_batch`` samples per iteration."""
         k = placement.num_gpus
-        speeds = np.repeat([profile.speed_on(t, self.gpu_types) for t in placement.gpu_types],
-                           placement.gpus_per_node)
-        batch = self._global_batch(profile, k)
-        if self.balance:
-            compute = float(np.max(profile.compute.seconds(batch * speeds / speeds.sum()) / speeds))
-        else:
-            compute = float(profile.compute.seconds(batch / k) / speeds.min())
-        if placement.cpus is not None:
-            compute /= profile.cpu_factor(placement.cpus / k)
-        comm = float(self._comm(profile.param_bytes, np.array([k]), np.array([placement.num_nodes]),
-                                np.array([placement.max_per_node]))[0])
-        return IterationTime(compute, comm, float(overlapped(compute, comm, self.overlap)))
+        speeds = np.repeat([self.speed(job, t) for t in placement.gpu_types], placement.gpus_per_node)
+        comm = float(self.fabric.allreduce_seconds(job.param_bytes, k, placement.num_nodes, placement.max_per_node)[0])
+        if self.balance and speeds.min() != speeds.max():
+            local = global_batch * speeds / speeds.sum()  # CoDDL's load balancing: batch ∝ speed
+            compute = float(np.max(job.compute_seconds(local) / speeds))
+        else:  # every GPU the same local batch: all wait for the slowest
+            compute = float(job.compute_seconds(global_batch / k)) / float(speeds.min())
+        return 1.0 / float(overlapped(compute, job.comm_efficiency * comm, job.overlap))
 
-    @staticmethod
-    def _global_batch(profile: JobProfile, k: int) -> float:
-        return profile.batch_size * k if profile.per_gpu_batch else profile.batch_size
-
-    # ---- vectorised paths ----
-    def seconds_per_iteration(self, profile: JobProfile, local_bsz: np.ndarray | float, num_gpus: np.ndarray,
-                              num_nodes: np.ndarray, max_per_node: np.ndarray, speed: float = 1.0) -> np.ndarray:
-        """Iteration times of many placements on GPUs of relative ``speed`` at the given local
-        batches (curves, calibration and accuracy checks evaluate thousands of shapes at once)."""
-        compute = profile.compute.seconds(np.asarray(local_bsz, dtype=float)) / speed
-        return overlapped(compute, self._comm(profile.param_bytes, num_gpus, num_nodes, max_per_node), self.overlap)
-
-    def curve(self, profile: JobProfile, kmax: int, gpus_per_node: int, gpu_type: str | None = None) -> np.ndarray:
-        """Iterations/s on consolidated placements of k = 0…kmax GPUs of one type (P(0) = 0): full
-        nodes of ``gpus_per_node`` plus one partial node. This is what policies consume."""
-        key = ("curve", profile, kmax, gpus_per_node, gpu_type)
-        hit = self._cache.get(key)
-        if hit is None:
-            k = np.arange(1, kmax + 1)
-            local = profile.batch_size if profile.per_gpu_batch else profile.batch_size / k
-            t = self.seconds_per_iteration(profile, local, k, -(-k // gpus_per_node), np.minimum(k, gpus_per_node),
-                                           profile.speed_on(gpu_type or profile.gpu_type, self.gpu_types))
-            hit = np.r_[0.0, 1.0 / t]
-            hit.setflags(write=False)
-            self._cache[key] = hit
-        return hit
-
-    def communication_seconds(self, profile: JobProfile, num_gpus: np.ndarray, num_nodes: np.ndarray,
-                              max_per_node: np.ndarray) -> np.ndarray:
-        """The all-reduce time of ``profile``'s gradients on many placement shapes (before overlap)."""
-        return self._comm(profile.param_bytes, num_gpus, num_nodes, max_per_node)
-
-    def _comm(self, nbytes: float, k: np.ndarray, n: np.ndarray, g: np.ndarray) -> np.ndarray:
-        return allreduce_seconds(nbytes, k, n, g, self.links, self.algorithm, self.bucket_mb * 1e6)
+    def curve(self, job: JobModel, kmax: int, gpus_per_node: int, global_batch: float | None = None,
+              local_batch: float | None = None, speed: float = 1.0) -> np.ndarray:
+        """Iterations/s on consolidated placements of k = 0…kmax GPUs (P(0) = 0): full nodes of
+        ``gpus_per_node`` plus one partial node. A fixed ``global_batch`` is split over the GPUs
+        (strong scaling); a fixed ``local_batch`` is what every GPU processes (weak scaling)."""
+        if (global_batch is None) == (local_batch is None):
+            raise ValueError("curve: give exactly one of global_batch and local_batch")
+        k = np.arange(1, kmax + 1)
+        local = np.full(kmax, float(local_batch)) if local_batch is not None else float(global_batch) / k
+        rate = self.rates(job, k, -(-k // gpus_per_node), np.minimum(k, gpus_per_node), local, speed,
+                          uncertainty=False).iterations_per_s
+        out = np.r_[0.0, rate]
+        out.setflags(write=False)
+        return out

@@ -5,22 +5,22 @@ Gavel (``ResNet-50 (batch size 64)``) and Pollux (``cifar10`` at a global batch)
 refusing them, coddl
 * maps Tiresias and Gavel model names to the closest CoDDL-measured model by architecture family
   (``FAMILY``), and converts Gavel's step counts to a duration with Gavel's own V100 throughputs;
-* builds a curve per (Pollux app, global batch) with the analytic estimator, calibrated on
-  Pollux's T4 testbed (single-GPU rows of the app + links fitted on cifar10; see
-  benchmarks/estimator_accuracy.py), and takes the iterations to converge from the app's
-  ``validation-<batch>.csv`` — the work Pollux's own simulator replays.
+* builds a curve per (Pollux app, global batch) with the analytic estimator on Pollux's T4
+  testbed: the fabric calibrated on all six apps (``POLLUX_FABRIC``, also in
+  examples/clusters/pollux-t4.yaml), each app's parameters fitted to all its measured rows, and
+  takes the iterations to converge from the app's ``validation-<batch>.csv`` — the work Pollux's
+  own simulator replays.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
-from coddl.core.cluster import LinkSpec
 from coddl.perf.curves import CurveTable, data_path
+from coddl.perf.fabric import Fabric
 
 # architecture family (lower-case substring) → CoDDL-measured model; first match wins
 FAMILY: tuple[tuple[str, str], ...] = (
@@ -33,10 +33,9 @@ FAMILY: tuple[tuple[str, str], ...] = (
 )
 
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
-# Effective links of Pollux's testbed, calibrated on cifar10 (examples/clusters/pollux-t4.yaml)
-POLLUX_LINKS = LinkSpec(intra_node_gbps=2.16, inter_node_gbps=0.667, intra_node_latency_us=0.0,
-                        inter_node_latency_us=472.0)
-POLLUX_OVERLAP = 1.68
+# Pollux's testbed as `coddl estimate calibrate` fits it on all six apps (pollux-t4.csv)
+POLLUX_FABRIC = Fabric(intra_gbps=2.52, inter_gbps=0.652, intra_latency_us=328.0, inter_latency_us=328.0,
+                       algorithm="ring", two_node_factor=1.52)
 POLLUX_GPUS_PER_NODE = 4
 POLLUX_KMAX = 64
 
@@ -75,15 +74,23 @@ def pollux_iterations(app: str, batch: int) -> float:
 
 
 @lru_cache(maxsize=None)
+def pollux_job(app: str):
+    """The app as the estimator knows it on Pollux's testbed: its one-GPU profile, corrected with
+    every multi-GPU row Pollux measured."""
+    from coddl.perf.calibrate import default_prior, job_steps, one_gpu_model
+    from coddl.perf.table import read_profiles
+
+    rows = read_profiles(data_path("profiles/pollux-t4.csv")).where(model=app)
+    return one_gpu_model(rows, default_prior()).updated(job_steps(rows.take(rows.gpus > 1), POLLUX_FABRIC))
+
+
+@lru_cache(maxsize=None)
 def pollux_curve(app: str, batch: int) -> dict[int, float]:
     """Iterations/s on k consolidated T4 GPUs at global batch ``batch`` (k = 1 … 64), from the
     estimator; the curve stops where adding GPUs stops helping."""
-    from coddl.perf.calibrate import pollux_profile
-    from coddl.perf.estimator import ThroughputModel
-    from coddl.perf.profiles import load_pollux_app
+    from coddl.perf.estimator import Estimator
 
-    profile = replace(pollux_profile(load_pollux_app(app)), batch_size=float(batch), per_gpu_batch=False)
-    rate = ThroughputModel(POLLUX_LINKS, {}, "ring", POLLUX_OVERLAP).curve(profile, POLLUX_KMAX, POLLUX_GPUS_PER_NODE)
+    rate = Estimator(POLLUX_FABRIC).curve(pollux_job(app), POLLUX_KMAX, POLLUX_GPUS_PER_NODE, global_batch=batch)
     useful = int(np.argmax(rate))  # beyond the fastest k, more GPUs only slow it down
     return {k: float(rate[k]) for k in range(1, max(useful, 1) + 1)}
 

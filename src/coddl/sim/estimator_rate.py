@@ -13,25 +13,27 @@ consolidated ratio, and a mixed one by what the slower GPUs cost: with ``allow_m
 balances its per-GPU batch to speed (CoDDL's load balancing), otherwise every GPU processes the same
 local batch and waits for the slowest.
 
-Each curve model becomes an estimator profile: compute = t1·(f + (1 − f)/k) at the model's fixed
-global batch (t1 = 1/P_m(1); f the fixed per-iteration share that does not shrink with the local
-batch) and a gradient all-reduce of the model's published parameter bytes (``MODEL_PARAMS``) over the
-cluster's links. f is fitted per model so that the estimator's consolidated curve on this cluster
-follows the measured curve's shape (least squares in log time over the measured k): the estimator
-thus explains the curve with this cluster's links before it is asked about other placements.
+Each curve model becomes an estimator job (``JobModel``): its one-GPU step 1/P_m(1) at the
+model's fixed global batch, a fixed share f of that step that does not shrink with the local batch,
+the model's published gradient bytes (``MODEL_PARAMS``) all-reduced over the cluster's fabric, and
+the prior's communication efficiency and overlap. f is fitted per model so that the estimator's
+consolidated curve on this cluster follows the measured curve's shape (least squares in log time
+over the measured k): the estimator thus explains the curve with this cluster's links before it is
+asked about other placements.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from coddl.core.cluster import Cluster
+from coddl.perf.convert import POLLUX_PARAMS
 from coddl.perf.curves import CurveTable
-from coddl.perf.estimator import ComputeModel, JobProfile, Placement, ThroughputModel
+from coddl.perf.estimator import Estimator, Placement
+from coddl.perf.jobmodel import JobModel, Prior
 from coddl.perf.heterogeneity import reference_type
-from coddl.perf.profiles import POLLUX_MODELS
 
 # Parameters all-reduced per iteration (fp32 gradients, 4 bytes each), by curve-model family.
 # Published sizes: VGG-16 138M, GoogLeNet 6.8M, Inception-v4 42.7M, ResNet-50 25.6M, DeepSpeech2 38M
@@ -51,32 +53,32 @@ def model_params(name: str) -> float:
     """Parameters of a curve model (``pollux-<app>@<batch>`` curves use Pollux's model sizes)."""
     if name.startswith("pollux-"):
         app = name[len("pollux-"):].partition("@")[0]
-        if app in POLLUX_MODELS:
-            return POLLUX_MODELS[app].params
+        if app in POLLUX_PARAMS:
+            return POLLUX_PARAMS[app]
     base = name.rstrip("0123456789")
     return MODEL_PARAMS.get(base, DEFAULT_PARAMS)
 
 
-def curve_profile(name: str, curve: np.ndarray, max_gpus: int, estimator: ThroughputModel,
-                  gpus_per_node: int, type_speed: tuple[tuple[str, float], ...] = ()) -> JobProfile:
-    """The estimator profile of one curve model (see the module docstring); ``curve[k]`` is
-    iterations/s on k GPUs of the model's reference type."""
+def curve_profile(name: str, curve: np.ndarray, max_gpus: int, estimator: Estimator,
+                  gpus_per_node: int, prior: Prior | None = None) -> JobModel:
+    """The estimator job of one curve model (see the module docstring); ``curve[k]`` is
+    iterations/s on k GPUs of the model's reference type, at a global batch taken as 1."""
+    prior = prior or Prior()
     t1 = 1.0 / float(curve[1])
     k = np.arange(1, max(1, max_gpus) + 1)
     measured = 1.0 / curve[k]
     nbytes = 4.0 * model_params(name)
     ref = reference_type(name)
 
-    def profile(f: float) -> JobProfile:
-        # seconds at local batch b of a global batch of 1: t1·f + t1·(1 − f)·b
-        return JobProfile(name, ComputeModel(t1 * f, t1 * (1.0 - f)), nbytes, 1.0, gpu_type=ref,
-                          type_speed=type_speed)
+    def job(f: float) -> JobModel:
+        theta = np.array(prior.mean, dtype=float)
+        theta[0] = f
+        return JobModel(name, nbytes, t1, 1.0, theta, prior.cov, prior, ref)
 
-    nodes = -(-k // gpus_per_node)
-    per_node = np.minimum(k, gpus_per_node)
-    errors = [float(np.sum(np.log(estimator.seconds_per_iteration(profile(f), 1.0 / k, k, nodes, per_node)
-                                  / measured) ** 2)) for f in FIXED_SHARE_GRID]
-    return profile(float(FIXED_SHARE_GRID[int(np.argmin(errors))]))
+    nodes, per_node = -(-k // gpus_per_node), np.minimum(k, gpus_per_node)
+    errors = [float(np.sum(np.log(estimator.rates(job(f), k, nodes, per_node, 1.0 / k, uncertainty=False)
+                                  .iterations_per_s * measured) ** 2)) for f in FIXED_SHARE_GRID]
+    return job(float(FIXED_SHARE_GRID[int(np.argmin(errors))]))
 
 
 @dataclass
@@ -87,8 +89,8 @@ class EstimatorRate:
     curves: CurveTable
     type_speed: np.ndarray  # [t, m], as given to the scheduler
     allow_mixing: bool = False
-    estimator: ThroughputModel | None = None  # default: the cluster's links, calibrated overlap, ring
-    _profiles: list[JobProfile] = field(default_factory=list, init=False, repr=False)
+    estimator: Estimator | None = None  # default: the cluster's links, ring all-reduce
+    _profiles: list[JobModel] = field(default_factory=list, init=False, repr=False)
     _cache: dict = field(default_factory=dict, init=False, repr=False)  # (model, shape) → iterations/s
     _node_size: np.ndarray = field(init=False, repr=False)  # [t]: GPUs of the type's largest node
     _node_of_gpu: list[int] = field(init=False, repr=False)
@@ -96,7 +98,7 @@ class EstimatorRate:
 
     def __post_init__(self) -> None:
         if self.estimator is None:
-            self.estimator = ThroughputModel.for_cluster(self.cluster, balance=self.allow_mixing)
+            self.estimator = Estimator.for_cluster(self.cluster, balance=self.allow_mixing)
         names = self.cluster.type_names
         sizes = np.zeros(len(names), dtype=np.int64)
         np.maximum.at(sizes, self.cluster.node_type_index, [n.gpus for n in self.cluster.nodes])
@@ -105,11 +107,11 @@ class EstimatorRate:
         self._type_of_node = [n.gpu_type for n in self.cluster.nodes]
         # the profile fit uses the largest node of the cluster: consolidated curves assume one
         fit_node = int(sizes.max())
-        self._profiles = [
-            curve_profile(name, self.curves.rate[m], int(self.curves.max_gpus[m]), self.estimator, fit_node,
-                          tuple((t, float(self.type_speed[i, m])) for i, t in enumerate(names)))
-            for m, name in enumerate(self.curves.names)
-        ]
+        self._profiles = [curve_profile(name, self.curves.rate[m], int(self.curves.max_gpus[m]), self.estimator,
+                                        fit_node) for m, name in enumerate(self.curves.names)]
+        speeds = {(name, t): float(self.type_speed[i, m])
+                  for m, name in enumerate(self.curves.names) for i, t in enumerate(names)}
+        self.estimator = replace(self.estimator, type_speed=speeds | dict(self.estimator.type_speed))
 
     def rate(self, model: int, gpus: tuple[int, ...], cpus: int) -> float:
         if not gpus:
@@ -135,6 +137,6 @@ class EstimatorRate:
         k = placement.num_gpus
         consolidated = Placement.consolidated(k, int(self._node_size[fastest]), names[fastest])
         profile = self._profiles[model]
-        ratio = self.estimator.throughput(profile, placement) / self.estimator.throughput(profile, consolidated)
+        ratio = self.estimator.throughput(profile, placement, 1.0) / self.estimator.throughput(profile, consolidated, 1.0)
         kk = min(k, self.curves.kmax)
         return float(self.curves.rate[model, kk] * self.type_speed[fastest, model] * ratio)
