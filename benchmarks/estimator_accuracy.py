@@ -51,8 +51,9 @@ def summarise(results: dict[str, list[AppAccuracy]], table) -> dict:
                                "mean_before": float(np.mean([r.before for r in rs])),
                                "mean_after": float(np.mean([r.after for r in rs]))}
         singles = {c: v for c, v in choices.items() if c != rec}
-        worst = max(singles, key=lambda c: (singles[c]["worst_after"], singles[c]["worst_before"])) if singles else None
-        best = min(singles, key=lambda c: (singles[c]["worst_after"], singles[c]["worst_before"])) if singles else None
+        # judged by the worst app before correction: what a calibration choice alone decides
+        worst = max(singles, key=lambda c: (singles[c]["worst_before"], singles[c]["worst_after"])) if singles else None
+        best = min(singles, key=lambda c: (singles[c]["worst_before"], singles[c]["worst_after"])) if singles else None
         out[cluster] = {
             "recommended_calibration": rec,
             "apps": [r.as_dict() | {"meets_before": r.before <= GOAL_BEFORE, "meets_after": r.after <= GOAL_AFTER,

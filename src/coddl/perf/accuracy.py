@@ -129,7 +129,7 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
         preds.append(pred)
         p = _fit_amdahl(compute[[m]], k[[m]], rate[[m]])
         amdahl.append(mape(_amdahl_rate(compute[rest], k[rest], p), rate[rest]))
-        near = rest & (n == n[m]) & (k == k[m]) & (g == g[m])
+        near = rest & (b == b[m]) & ((n > 1) == (n[m] > 1)) & (k >= k[m] / 2) & (k <= 2 * k[m])
         if near.any():
             worse.append(mape(pred[near], rate[near]) > mape(first.iterations_per_s[near], rate[near]) + 1e-9)
     after_two, amdahl_two = [], []

@@ -34,7 +34,7 @@ FAMILY: tuple[tuple[str, str], ...] = (
 
 POLLUX_APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 # Pollux's testbed as `coddl estimate calibrate` fits it on all six apps (pollux-t4.csv)
-POLLUX_FABRIC = Fabric(intra_gbps=2.52, inter_gbps=0.652, intra_latency_us=328.0, inter_latency_us=328.0,
+POLLUX_FABRIC = Fabric(intra_gbps=2.54, inter_gbps=0.661, intra_latency_us=324.0, inter_latency_us=324.0,
                        algorithm="ring", two_node_factor=1.52)
 POLLUX_GPUS_PER_NODE = 4
 POLLUX_KMAX = 64
