@@ -99,7 +99,7 @@ def test_the_gradient_of_log_time_matches_finite_differences():
 def test_a_worker_with_half_a_device_computes_half_as_fast():
     est = Estimator(FAB)
     j = job(f=0.2, nbytes=0.0)
-    p = est.rates(j, [1, 4], [1, 1], [1, 4], [32.0, 32.0], np.array([1.0, 0.5])).iterations_per_s
+    p = est.rates(j, [1, 4], [1, 1], [1, 4], [32.0, 32.0], share=np.array([1.0, 0.5])).iterations_per_s
     assert p.tolist() == pytest.approx([1.0, 0.5], rel=1e-4)  # (no bytes: only the links’ latency)
 
 

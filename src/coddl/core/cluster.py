@@ -32,7 +32,7 @@ class LinkSpec:
     intra_node_latency_us: float = 5.0
     inter_node_latency_us: float = 20.0
     # All-reduce time × this when a job spans exactly two nodes. 1 = no effect; calibration finds it
-    # where the fabric treats a two-node ring differently (Pollux's T4 testbed: ~1.6×, in every app).
+    # where the fabric treats a two-node ring differently (Pollux's T4 testbed: ~1.5×, in every app).
     two_node_factor: float = 1.0
 
 

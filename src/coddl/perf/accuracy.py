@@ -111,7 +111,7 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
     steps = job_steps(multi, estimator.fabric)
 
     def predict(model: JobModel, uncertainty: bool = False):
-        return estimator.rates(model, k, n, g, b, share, uncertainty=uncertainty)
+        return estimator.rates(model, k, n, g, b, uncertainty=uncertainty, share=share)
 
     first = predict(job, uncertainty=True)
     before = mape(first.iterations_per_s, rate)

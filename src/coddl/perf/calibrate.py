@@ -40,7 +40,7 @@ FIT_ALGORITHMS: tuple[Algorithm, ...] = ("ring", "hierarchical", "tree", "auto")
 
 def job_steps(rows: ProfileTable, fabric: Fabric, speed: np.ndarray | float = 1.0) -> Steps:
     """One job's rows as ``Steps`` against ``fabric``."""
-    base = fabric.allreduce_seconds(rows.param_bytes, rows.gpus, rows.nodes, rows.max_per_node)
+    base = fabric.allreduce_seconds(rows.param_bytes, rows.gpus, rows.nodes, rows.max_per_node, rows.compute_share)
     return Steps(rows.local_batch, base, rows.step_s, rows.comm_s, rows.compute_share * speed, rows.gpus > 1)
 
 
@@ -118,7 +118,7 @@ def fit_fabric(table: ProfileTable, jobs: Sequence[str] | None = None, algorithm
     algs = ("ring", "hierarchical", "tree") if algorithm == "auto" else (algorithm,)
 
     def prepared(rows: ProfileTable) -> _Rows:
-        shape = (rows.param_bytes, rows.gpus, rows.nodes, rows.max_per_node)
+        shape = (rows.param_bytes, rows.gpus, rows.nodes, rows.max_per_node, rows.compute_share)
         opts = np.stack([Fabric(algorithm=a, bucket_mb=bucket_mb).terms(*shape) for a in algs])
         return _Rows(rows, opts, rows.nodes == 2, np.log(rows.step_s), np.isfinite(rows.comm_s))
 
@@ -195,6 +195,9 @@ def fit_fabric(table: ProfileTable, jobs: Sequence[str] | None = None, algorithm
                    np.log(start.inter_latency_us * 1e-6), start.intra_latency_us / start.inter_latency_us, 0.0])
     lower = np.r_[np.log(1e-13), np.log(1e-4), np.log(1e-7), 0.0, np.log(0.5), np.tile(THETA_LOWER, nj)]
     upper = np.r_[np.log(1e-5), 0.0, np.log(1.0), 1.0, np.log(4.0), np.tile(THETA_UPPER, nj)]
+    nodes = np.concatenate([r.rows.nodes for r in [coll, *multi]])
+    if not ((nodes == 2).any() and (nodes >= 3).any()):
+        lower[4] = upper[4] = 0.0  # a two-node factor needs two-node AND larger rows to tell it from the links
     x, _, _ = levenberg_marquardt(both, np.r_[x0, np.tile(mu, nj)], lower, upper, iterations=100)
     fabric = _fabric_of(x, algorithm, bucket_mb)
     fitted: dict[str, JobModel] = {}
@@ -204,12 +207,14 @@ def fit_fabric(table: ProfileTable, jobs: Sequence[str] | None = None, algorithm
         fitted[model.name] = JobModel(model.name, model.param_bytes, model.t_ref, model.b_ref, th, model.cov,
                                       model.prior, model.gpu_type)
         if len(r.rows):
-            base = fabric.allreduce_seconds(r.rows.param_bytes, r.rows.gpus, r.rows.nodes, r.rows.max_per_node)
+            base = fabric.allreduce_seconds(r.rows.param_bytes, r.rows.gpus, r.rows.nodes, r.rows.max_per_node,
+                                            r.rows.compute_share)
             log_t, = step_model(model.t_ref, model.b_ref, r.rows.local_batch, r.rows.compute_share, base, th)
             errs.append(log_t - r.log_s)
     if anchored:
         c = coll.rows
-        errs.append(np.log(fabric.allreduce_seconds(c.param_bytes, c.gpus, c.nodes, c.max_per_node)) - coll.log_s)
+        errs.append(np.log(fabric.allreduce_seconds(c.param_bytes, c.gpus, c.nodes, c.max_per_node, c.compute_share))
+                    - coll.log_s)
     e = np.concatenate(errs) if errs else np.zeros(1)
     return FabricFit(fabric, fitted, float(np.sqrt(np.mean(e**2))), int(e.size))
 

@@ -129,11 +129,13 @@ class Estimator:
     # ---- vectorised ----
     def predict(self, jobs: JobBatch, index: np.ndarray | int, gpus: np.ndarray, nodes: np.ndarray,
                 max_per_node: np.ndarray, local_batch: np.ndarray, speed: np.ndarray | float = 1.0,
-                uncertainty: bool = True) -> Prediction:
+                uncertainty: bool = True, share: np.ndarray | float = 1.0) -> Prediction:
         """Iterations/s of ``jobs[index]`` on each placement shape at each local batch (arrays of
-        equal length; ``speed`` the GPUs' compute speed relative to the job's profiled type)."""
+        equal length; ``speed`` the GPUs' compute speed relative to the job's profiled type;
+        ``share`` the share of a device each worker has, 1 for a GPU of its own)."""
         i = np.asarray(index)
-        comm_base = self.fabric.allreduce_seconds(jobs.param_bytes[i], gpus, nodes, max_per_node)
+        comm_base = self.fabric.allreduce_seconds(jobs.param_bytes[i], gpus, nodes, max_per_node, share)
+        speed = np.asarray(speed, dtype=float) * share
         theta = jobs.theta[i]
         if not uncertainty:
             log_t, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta)
@@ -162,12 +164,13 @@ class Estimator:
                           np.exp(log_t) - c)
 
     def rates(self, job: JobModel, gpus: np.ndarray, nodes: np.ndarray, max_per_node: np.ndarray,
-              local_batch: np.ndarray, speed: np.ndarray | float = 1.0, uncertainty: bool = True) -> Prediction:
+              local_batch: np.ndarray, speed: np.ndarray | float = 1.0, uncertainty: bool = True,
+              share: np.ndarray | float = 1.0) -> Prediction:
         """``predict`` for one job on many shapes."""
         n = np.asarray(gpus).shape
         return self.predict(JobBatch.of([job]), np.zeros(n, dtype=np.int64), np.asarray(gpus), np.asarray(nodes),
                             np.asarray(max_per_node), np.broadcast_to(np.asarray(local_batch, float), n), speed,
-                            uncertainty)
+                            uncertainty, share)
 
     # ---- one placement (may mix types) ----
     def throughput(self, job: JobModel, placement: Placement, global_batch: float) -> float:

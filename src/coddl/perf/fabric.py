@@ -80,10 +80,10 @@ class Fabric:
                          1e-6 * self.inter_latency_us])
 
     def allreduce_seconds(self, nbytes: np.ndarray | float, gpus: np.ndarray | int, nodes: np.ndarray | int,
-                          max_per_node: np.ndarray | int) -> np.ndarray:
+                          max_per_node: np.ndarray | int, share: np.ndarray | float = 1.0) -> np.ndarray:
         """Seconds to all-reduce ``nbytes`` on each placement shape (broadcasting arrays); 0 on
-        one GPU."""
-        return self.terms(nbytes, gpus, nodes, max_per_node) @ self.weights * self.node_factor(nodes)
+        one GPU. ``share``: the share of a device each worker has (see ``terms``)."""
+        return self.terms(nbytes, gpus, nodes, max_per_node, share) @ self.weights * self.node_factor(nodes)
 
     def node_factor(self, nodes: np.ndarray | int) -> np.ndarray:
         """× ``two_node_factor`` where a job spans exactly two nodes: libraries pick a different
@@ -91,16 +91,21 @@ class Fabric:
         return np.where(np.atleast_1d(np.asarray(nodes)) == 2, self.two_node_factor, 1.0)
 
     def terms(self, nbytes: np.ndarray | float, gpus: np.ndarray | int, nodes: np.ndarray | int,
-              max_per_node: np.ndarray | int) -> np.ndarray:
+              max_per_node: np.ndarray | int, share: np.ndarray | float = 1.0) -> np.ndarray:
         """(N, 4): bytes over each link level and latency steps on each, per placement, for this
-        fabric's algorithm (``auto``: the cheapest algorithm of each row under these weights)."""
-        m, k, n, g = np.broadcast_arrays(*(np.atleast_1d(np.asarray(a, dtype=float))
-                                           for a in (nbytes, gpus, nodes, max_per_node)))
+        fabric's algorithm (``auto``: the cheapest algorithm of each row under these weights).
+
+        Workers with ``share`` < 1 of a device (CPU workers time-sharing a core) do the copies and
+        reductions inside a node on that share, so the intra-node terms grow by 1/share; what
+        crosses the NIC does not."""
+        m, k, n, g, sh = np.broadcast_arrays(*(np.atleast_1d(np.asarray(a, dtype=float))
+                                               for a in (nbytes, gpus, nodes, max_per_node, share)))
         nb = np.maximum(1.0, np.ceil(m / (self.bucket_mb * 1e6)))
+        scale = np.stack([1.0 / sh, np.ones_like(sh), 1.0 / sh, np.ones_like(sh)], axis=-1)
         if self.algorithm != "auto":
-            x = _TERMS[self.algorithm](m, k, n, g, nb)
+            x = _TERMS[self.algorithm](m, k, n, g, nb) * scale
         else:
-            options = np.stack([_TERMS[a](m, k, n, g, nb) for a in ("ring", "hierarchical", "tree")])
+            options = np.stack([_TERMS[a](m, k, n, g, nb) for a in ("ring", "hierarchical", "tree")]) * scale
             best = np.argmin(options @ self.weights, axis=0)
             x = np.take_along_axis(options, best[None, :, None], axis=0)[0]
         return np.where((k > 1)[:, None], x, 0.0)
