@@ -15,10 +15,11 @@ err_console = Console(stderr=True, highlight=False)
 
 def user_error_types() -> tuple[type[BaseException], ...]:
     from coddl.policies.registry import PolicySpecError
+    from coddl.queues.model import QueueError
     from coddl.sim.config import ConfigError
     from coddl.traces.model import TraceError
 
-    types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError]
+    types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError, QueueError]
     try:
         from coddl.core.clusterspec import ClusterSpecError
 

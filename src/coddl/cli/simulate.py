@@ -15,7 +15,7 @@ from coddl.policies.registry import split_policy_list
 from coddl.sim.config import SimConfig
 from coddl.sim.metrics import Summary, summarise
 from coddl.sim.report import write_report, write_skipped
-from coddl.sim.run import prepare, run_policy
+from coddl.sim.run import Prepared, prepare, queued_label, run_policy
 
 console = stdout_console()
 
@@ -61,6 +61,9 @@ def simulate_cmd(
     out: Optional[Path] = typer.Option(None, help="directory for summary.csv, per-job CSVs, config.json, plots"),
     config: Optional[Path] = typer.Option(None, help="a config.json of an earlier run: reproduce it exactly"),
     check: bool = typer.Option(False, help="verify the simulator's invariants at every step (slower)"),
+    queues: Optional[Path] = typer.Option(None, help="a queue file (teams, quotas, cohorts): every policy runs "
+                                                     "without and with these queues; per-queue JCT and quota "
+                                                     "attainment are printed and written to queues.csv"),
 ) -> None:
     """Replay a trace through each policy and compare them."""
     with user_errors():
@@ -70,7 +73,8 @@ def simulate_cmd(
             cfg = SimConfig.build(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
                                   cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
                                   seed=seed, reconfig=reconfig, rate=rate, allow_mixing=allow_mixing,
-                                  oversized=oversized, model_draw=model_draw)
+                                  oversized=oversized, model_draw=model_draw,
+                                  queues=str(queues) if queues else None)
         from coddl import __version__
 
         cfg.version = __version__
@@ -85,23 +89,72 @@ def simulate_cmd(
         if prep.skipped:
             console.print(skipped_line(prep.skipped, out), highlight=False, markup=False)
         results = {}
+        runs = [(p, False) for p in cfg.policies] + ([(p, True) for p in cfg.policies] if prep.queues else [])
         with Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=console, transient=False) as bar:
-            tasks = {p: bar.add_task(p, total=n) for p in cfg.policies}
-            for p in cfg.policies:
-                results[p] = run_policy(prep, p, cfg, check=check,
-                                        progress=lambda done, _t=tasks[p]: bar.update(_t, completed=done))
-                bar.update(tasks[p], completed=n)
+            tasks = {run: bar.add_task(queued_label(run[0]) if run[1] else run[0], total=n) for run in runs}
+            for p, queued in runs:
+                task = tasks[(p, queued)]
+                res = run_policy(prep, p, cfg, check=check, queued=queued,
+                                 progress=lambda done, _t=task: bar.update(_t, completed=done))
+                results[res.policy] = res
+                bar.update(task, completed=n)
         summaries = [summarise(r) for r in results.values()]
         console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs"))
+        per_queue = queue_results(prep, results) if prep.queues else {}
+        if per_queue:
+            console.print(queue_table(per_queue, f"per queue ({cfg.queues})"))
         if out is not None:
             files = write_report(out, summaries, results)
+            if per_queue:
+                files.append(write_queue_csv(out, per_queue))
             (out / "config.json").write_text(cfg.to_json() + "\n")
             if prep.skipped:
                 files.append(write_skipped(out, prep.skipped))
             console.print(f"wrote {len(files) + 1} files to {out}/ (summary.csv, config.json, "
                           "jobs-*.csv, jct_cdf.png, allocations.png, utilisation.png"
+                          f"{', queues.csv' if per_queue else ''}"
                           f"{', skipped.csv' if prep.skipped else ''})")
+
+
+def queue_results(prep: Prepared, results: dict) -> dict[str, list]:
+    """Each run's per-queue figures (coddl.queues.report)."""
+    from coddl.policies.registry import make_policy
+    from coddl.queues.report import queue_stats
+
+    quotas = prep.queues.quotas(prep.cluster.total_gpus, prep.cluster.total_cpus)
+    return {run: queue_stats(res, prep.queues, quotas, make_policy(run.removesuffix(queued_label(""))).elastic)
+            for run, res in results.items()}
+
+
+def queue_table(per_queue: dict[str, list], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("run", "queue", "quota", "jobs", "avg JCT (h)", "avg queueing (h)", "GPU-h", "borrowed GPU-h",
+                "quota attainment"):
+        t.add_column(col, justify="left" if col in ("run", "queue") else "right", overflow="fold")
+    for run, stats in per_queue.items():
+        for i, s in enumerate(stats):
+            if not s.jobs:
+                continue
+            t.add_row(run if i == 0 else "", s.queue, str(s.nominal_gpus), str(s.jobs), hours(s.avg_jct),
+                      hours(s.avg_queueing), f"{s.gpu_hours:.0f}", f"{s.borrowed_gpu_hours:.0f}",
+                      "-" if s.attainment != s.attainment else f"{s.attainment:.1%}",
+                      end_section=i == len(stats) - 1)
+    return t
+
+
+def write_queue_csv(out: Path, per_queue: dict[str, list]) -> Path:
+    import csv
+
+    path = out / "queues.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        fields = ["run", *per_queue[next(iter(per_queue))][0].row()]
+        w.writerow(fields)
+        for run, stats in per_queue.items():
+            for s in stats:
+                w.writerow([run, *s.row().values()])
+    return path
 
 
 def skipped_line(skipped, out: Path | None, show: int = 10) -> str:

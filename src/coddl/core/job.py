@@ -43,6 +43,7 @@ class JobSpec:
     min_cpus: int | None = None
     max_cpus: int | None = None
     user: str = "default"
+    account: str | None = None  # the team it is charged to: a Slurm account, a Philly virtual cluster
     gpu_type: str | None = None
     duration: float | None = None  # the trace's duration on requested_gpus, kept for reports
     extra: dict = field(default_factory=dict, compare=False, hash=False)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coddl.core.job import JobId
+from coddl.core.job import JobId, JobSpec
 from coddl.core.table import JobTable
 
 
@@ -38,6 +38,7 @@ class JobsView:
         self._table = table
         self._now = now
         self.ids: list[JobId] = table.ids
+        self.specs: list[JobSpec] = table.specs  # who submitted each job (a queue layer's membership)
         for name in self._PLAIN:
             setattr(self, name, getattr(table, name)[:n])
 

@@ -39,6 +39,7 @@ class SimConfig(BaseModel):
     allow_mixing: bool = False  # one job may span GPU types (it balances its per-GPU batch to speed)
     oversized: Literal["skip", "cap", "fail"] = "skip"  # jobs larger than the cluster (sim/fit.py)
     model_draw: Literal["seeded", "coddl-authors"] = "seeded"  # for trace jobs naming no model (sim/workload.py)
+    queues: str | None = None  # a queue file: each policy also runs over these queues (coddl.queues)
     version: str = ""
 
     @field_validator("policies")

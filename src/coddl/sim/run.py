@@ -12,6 +12,9 @@ from coddl.core.job import JobSpec
 from coddl.perf.curves import CurveTable, load_coddl_curves
 from coddl.perf.heterogeneity import type_speed_matrix
 from coddl.policies.registry import make_policy
+from coddl.queues.config import load_queues
+from coddl.queues.model import QueueSet
+from coddl.queues.policy import QueuedPolicy
 from coddl.scheduler import Scheduler
 from coddl.sim.config import SimConfig
 from coddl.sim.engine import SimResult, simulate
@@ -32,6 +35,7 @@ class Prepared:
     estimator: EstimatorRate | None = None
     # trace jobs left out (the model draw's rules, jobs larger than the cluster), with the reason
     skipped: list[Skipped] = field(default_factory=list)
+    queues: QueueSet | None = None  # teams and quotas (SimConfig.queues)
 
 
 def build_cluster(cfg: SimConfig) -> Cluster:
@@ -57,17 +61,22 @@ def prepare(cfg: SimConfig, trace: Trace | None = None, curves: CurveTable | Non
     else:
         specs = build_workload(trace, curves, seed=cfg.seed)
     specs, too_big = fit_to_cluster(specs, cluster, cfg.oversized)
+    queues = None
+    if cfg.queues:
+        queues, specs, outside = fit_to_queues(cfg.queues, specs, cluster)
+        too_big += outside
     type_speed = type_speed_matrix(cluster.type_names, cluster.gpu_types, curves.names)
     estimator = None
     if rate == "estimator" or len(cluster.type_names) > 1:
         estimator = EstimatorRate(cluster, curves.extended(cluster.total_gpus), type_speed, cfg.allow_mixing)
-    return Prepared(cluster, curves, specs, type_speed, estimator, skipped + too_big)
+    return Prepared(cluster, curves, specs, type_speed, estimator, skipped + too_big, queues)
 
 
 def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = False,
-               progress: Callable[[int], None] | None = None) -> SimResult:
-    """Replay the workload through ``policy``."""
-    sched = Scheduler(prep.cluster, make_policy(policy), prep.curves, seed=cfg.seed, type_speed=prep.type_speed)
+               progress: Callable[[int], None] | None = None, queued: bool = False) -> SimResult:
+    """Replay the workload through ``policy`` (over ``prep.queues`` when ``queued``)."""
+    pol = QueuedPolicy(prep.queues, lambda: make_policy(policy)) if queued and prep.queues else make_policy(policy)
+    sched = Scheduler(prep.cluster, pol, prep.curves, seed=cfg.seed, type_speed=prep.type_speed)
     sched.placer.allow_mixing = cfg.allow_mixing
     est = prep.estimator
     if est is not None and len(prep.cluster.type_names) > 1:
@@ -77,5 +86,21 @@ def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = Fal
     rate_model = est if cfg.rate_model == "estimator" else None
     res = simulate(prep.specs, sched, ReconfigCost(cfg.reconfig), rate_model=rate_model, check=check,
                    progress=progress)
-    res.policy = policy
+    res.policy = queued_label(policy) if queued else policy
     return res
+
+
+def queued_label(policy: str) -> str:
+    """How a run of ``policy`` over queues is labelled beside the run without them."""
+    return f"{policy}+queues"
+
+
+def fit_to_queues(path: str, specs: list[JobSpec], cluster: Cluster) -> tuple[QueueSet, list[JobSpec], list[Skipped]]:
+    """The queue file's queues, the jobs their queues can ever hold, and the others (left out of
+    every run, with and without queues, so that runs compare on the same jobs)."""
+    queues = load_queues(path)
+    big = queues.too_large(specs, queues.quotas(cluster.total_gpus, cluster.total_cpus))
+    out = {s.job_id for s, _, _ in big}
+    skipped = [Skipped(s.job_id, s.requested_gpus, f"needs {max(s.requested_gpus, s.min_gpus)} GPUs, queue {q} "
+                       f"can hold {cap}") for s, q, cap in big]
+    return queues, [s for s in specs if s.job_id not in out], skipped

@@ -94,7 +94,8 @@ def _spec(tj: TraceJob, model: str, work: float, curves: CurveTable) -> JobSpec:
     max_gpus = max(max_gpus, tj.min_gpus or 1)
     return JobSpec(job_id=tj.job_id, arrival=float(tj.arrival), requested_gpus=int(tj.num_gpus), total_work=work,
                    model=model, min_gpus=tj.min_gpus or 1, max_gpus=max_gpus, min_cpus=tj.cpus,
-                   max_cpus=tj.cpus, user=tj.user or "default", duration=tj.duration)
+                   max_cpus=tj.cpus, user=tj.user or "default", account=tj.group,
+                   duration=tj.duration)
 
 
 def build_workload(trace: Trace, curves: CurveTable, *, seed: int = 0,
