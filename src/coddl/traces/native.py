@@ -82,7 +82,8 @@ def write_specs(specs: Iterable[JobSpec], path: str | Path) -> int:
     format has one CPU count per job, which is what the workload builder gives (min = max)."""
     return write_native((TraceJob(s.job_id, s.arrival, s.requested_gpus, duration=s.duration,
                                   iterations=s.total_work, model=s.model, min_gpus=s.min_gpus,
-                                  max_gpus=s.max_gpus, cpus=_one_cpu_count(s), user=s.user)
+                                  max_gpus=s.max_gpus, cpus=_one_cpu_count(s), user=s.user,
+                                  group=s.account)
                          for s in specs), path)
 
 
