@@ -222,3 +222,65 @@ def test_srsf_orders_by_gpus_times_remaining_time() -> None:
              JobSpec("C", 0.0, 2, 12.0, "lin"), JobSpec("D", 0.0, 1, 20.0, "lin")]
     assert decide("srsf", specs, 4, LIN) == [0, 1, 2, 1]
     assert decide("srsf:backfill=off", specs, 4, LIN) == [0, 1, 0, 0]
+
+
+def held_at(res, t: float) -> dict[str, int]:
+    """GPUs each job holds just after the decisions made at time ``t``."""
+    held: dict[str, int] = {}
+    for at, jid, gpus in res.timeline:
+        if at <= t:
+            held[jid] = gpus
+    return {j: g for j, g in held.items() if g}
+
+
+def test_afs_p_authors_slices_last_for_the_whole_share() -> None:
+    """``preset=coddl`` (slices="always") on 2 GPUs, slices of 100 s. A alone takes both GPUs at 0
+    (its slice ends at 100); B and C arrive at 50 (heavy load) and A KEEPS both GPUs until 100 (the
+    default mode would cut it to its minimum at 50). At 100 A's slice is counted (1): B and C (0)
+    run. At 200 theirs are counted: all have 1, first start decides — A (0), then B (100). At 300:
+    A 2, B 2, C 1 → C, then A."""
+    specs = [JobSpec("A", 0.0, 1, 10_000.0, "lin", max_gpus=2), JobSpec("B", 50.0, 1, 10_000.0, "lin"),
+             JobSpec("C", 50.0, 1, 10_000.0, "lin")]
+    res = run("afs-p:preset=coddl+slice_s=100", specs, 2)
+    assert [held_at(res, t) for t in (0.0, 50.0, 99.0, 100.0, 200.0, 300.0)] == [
+        {"A": 2}, {"A": 2}, {"A": 2}, {"B": 1, "C": 1}, {"A": 1, "B": 1}, {"C": 1, "A": 1}]
+    assert held_at(run("afs-p:slice_s=100", specs, 2), 50.0) == {"A": 1, "B": 1}
+
+
+def test_afs_p_coin_per_contest_flips_anew_while_per_job_holds_for_life() -> None:
+    """Two jobs neither of which dominates, one spare GPU: decided again and again on the same
+    state, the authors' per-contest coin gives it to either job, the per-job coin always to the same."""
+    specs = [JobSpec("A", 0.0, 1, 10.0, "lin", max_gpus=3), JobSpec("B", 0.0, 1, 10.0, "lin", max_gpus=3)]
+    for coin, outcomes in (("per-contest", 2), ("per-job", 1)):
+        sched = Scheduler(Cluster.for_gpus(3, 8), make_policy(f"afs-p:coin={coin}"), LIN, seed=3)
+        for sp in specs:
+            sched.submit(sp, 0.0)
+        seen = {tuple(sched.policy.allocate(sched.context(0.0)).tolist()) for _ in range(30)}
+        assert seen <= {(2, 1), (1, 2)} and len(seen) == outcomes, (coin, seen)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("afs-p:coin=fair", "afs-p: coin must be one of per-job, per-decision, per-contest, got 'fair'"),
+    ("afs-p:slices=never", "afs-p: slices must be one of heavy, always, got 'never'"),
+    ("afs-p:slice_s=0", "afs-p: slice_s must be positive, got 0.0"),
+])
+def test_afs_p_names_a_bad_parameter(spec: str, message: str) -> None:
+    from coddl.policies.registry import PolicySpecError
+
+    with pytest.raises(PolicySpecError) as e:
+        make_policy(spec)
+    assert str(e.value) == message
+
+
+@pytest.mark.parametrize("wait, restart", [("accumulated", 240.0), ("current", 250.0)])
+def test_tiresias_starvation_counts_earlier_waits_only_when_accumulated(wait: str, restart: float) -> None:
+    """One GPU, threshold 100 GPU-s, knob 1. A runs 0–100 and is demoted; B (30 s) arrives at 100
+    and runs 100–130 while A waits (30 s); A resumes at 130 and C arrives at 150, preempting it.
+    A has now run 120 s since its last promotion. Accumulated (the Tiresias simulator): 30 + (t −
+    150) ≥ 120 at t = 240, so A is promoted and preempts C. Current wait only: t − 150 ≥ 120 would
+    be 270, but C is demoted first at 250 (100 GPU-s), and A, earlier in the low queue, resumes."""
+    specs = [JobSpec("A", 0.0, 1, 10_000.0, "lin"), JobSpec("B", 100.0, 1, 30.0, "lin"),
+             JobSpec("C", 150.0, 1, 1_000.0, "lin")]
+    res = run(f"tiresias-l:thresholds=100+knob=1+starvation_wait={wait}", specs, 1)
+    assert starts(res, "A")[:3] == pytest.approx([0.0, 130.0, restart])
+    assert starts(res, "C")[0] == pytest.approx(150.0)
