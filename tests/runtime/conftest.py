@@ -64,3 +64,11 @@ def postgres() -> Iterator[PostgresServer]:
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return backend_url(request, request.param, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    """Two Ray nodes in network namespaces behind a 200 Mbit/s link, torn down (and checked) at the end."""
+    from testbed_live import testbed_fixture
+
+    yield from testbed_fixture(f"cdtb{os.getpid()}")

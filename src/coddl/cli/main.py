@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from coddl.cli import cluster, estimate, experiment, metrics, server, tokens, trace
+from coddl.cli import cluster, estimate, experiment, metrics, server, testbed, tokens, trace
 from coddl.cli.policies import policies_cmd
 from coddl.cli.replay import replay_cmd
 from coddl.cli.simulate import simulate_cmd
@@ -21,6 +21,7 @@ app.add_typer(metrics.app, name="metrics", help="Prometheus metrics of the live 
 app.add_typer(estimate.app, name="estimate", help="throughput estimation: calibrate, predict, accuracy")
 server.register(app)
 app.add_typer(tokens.app, name="token")
+app.add_typer(testbed.app, name="testbed")
 
 
 def main() -> None:

@@ -1,0 +1,119 @@
+"""The multi-node testbed: namespaces wired to a bridge with ``tc`` on each node's link, measured to be
+really limited; ``coddl testbed up/down`` starting and removing a two-node Ray cluster; a real training
+job across both nodes whose all-reduce crosses the limited link."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+from runtime_live import EXAMPLES, Server
+from testbed_live import BANDWIDTH_MBIT, coddl, leftovers, skip_reason
+
+from coddl.runtime.testbed.netns import NO_NETEM, LinkLimit, Wiring, inside, namespace_pids, netem_available, tear_down
+from coddl.runtime.testbed.probe import measure
+
+needs_netns = pytest.mark.skipif(skip_reason() is not None, reason=f"no network-namespace testbed: {skip_reason()}")
+
+
+@pytest.fixture
+def wiring():
+    w = Wiring(f"cdtw{os.getpid()}", 2)
+    try:
+        w.build()
+        yield w
+    finally:
+        tear_down(w.prefix)
+        assert leftovers(w.prefix) == []
+
+
+@needs_netns
+def test_the_link_between_two_namespaces_is_limited_to_the_tc_rate(wiring):
+    """Goodput is payload: ~95% of the metered rate with 1500-byte frames. Unlimited, a veth pair carries
+    gigabits per second even on a loaded machine, so 50 Mbit/s is far below it."""
+    free = measure(wiring.node(0), wiring.node(1), wiring.address(1), total_bytes=4 << 20)
+    wiring.shape(LinkLimit(rate_bps=50e6))
+    limited = measure(wiring.node(0), wiring.node(1), wiring.address(1), total_bytes=3 << 20)
+    back = measure(wiring.node(1), wiring.node(0), wiring.address(0), total_bytes=3 << 20)
+    assert 0.75 * 50e6 <= limited.goodput_bps <= 1.05 * 50e6, limited
+    assert 0.75 * 50e6 <= back.goodput_bps <= 1.05 * 50e6, back
+    assert free.goodput_bps >= 3 * 50e6, free
+    assert "tbf" in wiring.shaping(0) and "rate 50Mbit" in wiring.shaping(0)
+
+
+@needs_netns
+def test_the_link_adds_the_netem_delay_to_each_round_trip(wiring):
+    if not netem_available():
+        pytest.skip(NO_NETEM)
+    wiring.shape(LinkLimit(rate_bps=None, delay_s=0.005))
+    rtt = measure(wiring.node(0), wiring.node(1), wiring.address(1), total_bytes=2 << 20).rtt_s
+    assert 0.0095 <= rtt <= 0.030, rtt  # one shaper per direction: 2 × 5 ms, plus a loaded machine's slack
+
+
+@needs_netns
+def test_nothing_is_left_after_tear_down(wiring):
+    with inside(wiring.node(1)):
+        sleeper = subprocess.Popen(["sleep", "300"])
+    assert namespace_pids(wiring.node(1)) == [sleeper.pid]
+    assert tear_down(wiring.prefix) == [wiring.node(0), wiring.node(1), wiring.switch]
+    assert sleeper.wait(timeout=10) == -9
+    assert leftovers(wiring.prefix) == [] and tear_down(wiring.prefix) == []  # and again: idempotent
+
+
+@needs_netns
+def test_bad_testbed_flags_get_one_line_and_leave_nothing():
+    name = f"cdtf{os.getpid()}"
+    for args, expected in ((("--bandwidth", "1gigabit"), "expected a positive rate such as 1gbit"),
+                           (("--nodes", "1"), "--nodes: expected 2 to 200 nodes, got 1"),
+                           (("--delay", "2 fortnights"), "expected a delay such as 2ms")):
+        r = coddl("testbed", "up", "--name", name, *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert expected in r.stderr.strip().splitlines()[-1]
+    if not netem_available():
+        r = coddl("testbed", "up", "--name", name, "--delay", "2ms")
+        assert r.returncode == 2 and "no netem qdisc" in r.stderr, r.stderr
+    assert leftovers(name) == []
+
+
+@pytest.mark.slow
+def test_two_ray_nodes_come_up_in_their_namespaces(testbed):
+    script = "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR'); " \
+             "print(sorted((n['NodeManagerAddress'], n['Resources'].get('GPU')) for n in ray.nodes() if n['Alive']))"
+    r = subprocess.run(["ip", "netns", "exec", testbed.node_ns(1), os.sys.executable, "-c", script,
+                        testbed.ray_address], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, **testbed.node_env()})
+    assert r.stdout.strip() == "[('10.231.0.1', 2.0), ('10.231.0.2', 2.0)]", r.stderr[-2000:]
+    assert len(namespace_pids(testbed.node_ns(1))) >= 2  # a raylet and its helpers live in node 1
+
+
+@pytest.mark.slow
+def test_a_training_job_spans_both_nodes_over_the_limited_link(testbed, tmp_path):
+    """examples/train_mlp.py on 3 workers: 2 GPUs per node, so 2 in node 0 and 1 in node 1. Whatever the all-reduce algorithm,
+    node 1's rank must receive the sum of node 0's gradients and send its own: at least the gradient
+    bytes cross the link each way every step, so a step cannot be faster than bytes × 8 / rate."""
+    grad_bytes = 1_585_162 * 4
+    t0 = time.monotonic()
+    with inside(testbed.node_ns(0)):  # the server, its HTTP port and its job stores live in node 0
+        srv = Server(tmp_path / "state", gpus=None, policy="max-min",
+                     extra=("--executor", "ray", "--ray-address", testbed.ray_address), env=testbed.node_env())
+        try:
+            nodes = srv.admin.get("/cluster").json()["nodes"]
+            assert [len(n["gpus"]) for n in nodes] == [2, 2]
+            job = {"name": "mlp-across", "command": ["python", str(EXAMPLES / "train_mlp.py")], "steps": 30,
+                   "batch_size": 96, "min_gpus": 3, "max_gpus": 3, "model": "mlp"}
+            print(f"server up after {time.monotonic() - t0:.1f} s")
+            job_id = srv.submit(job)
+            started = time.monotonic()
+            done = srv.wait_job(job_id, lambda j: j["status"] == "finished", 240, "finished")
+            elapsed = time.monotonic() - started
+            assert done["steps_done"] == 30
+            print(f"job took {elapsed:.1f} s; rates {done['samples']}")
+            rates = [s["steps_per_s"] for s in done["samples"] if s["world_size"] == 3 and s["steps_per_s"]]
+            assert rates and {s["world_size"] for s in done["samples"]} == {3}
+            floor_s = grad_bytes * 8 / (BANDWIDTH_MBIT * 1e6)
+            assert max(rates) <= 1.15 / floor_s, (rates, floor_s)  # the link sets the pace
+            assert elapsed >= 0.85 * 30 * floor_s
+        finally:
+            srv.cleanup()
