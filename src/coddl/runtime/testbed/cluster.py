@@ -33,6 +33,9 @@ UP_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class TestbedSpec:
+    """How many nodes, their worker slots and CPUs, the link between them, and the namespaces' prefix."""
+
+    __test__ = False  # not a pytest class, despite the name
     nodes: int = 2
     gpus_per_node: int = 2  # logical GPUs (Ray resources) per node: the executor's worker slots
     cpus_per_node: int = 1

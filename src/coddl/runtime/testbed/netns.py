@@ -45,6 +45,8 @@ def netem_available() -> bool:
 class TestbedError(RuntimeError):
     """The testbed cannot be built or driven here; the message is one line for the user."""
 
+    __test__ = False  # not a pytest class, despite the name
+
 
 @dataclass(frozen=True)
 class LinkLimit:
@@ -173,7 +175,8 @@ class Wiring:
                 if r.returncode != 0:
                     raise TestbedError(NO_NETEM if "unknown" in r.stderr else f"tc netem: {r.stderr.strip()}")
             if limit.rate_bps is not None:
-                burst = max(32_000, int(limit.rate_bps / 8 * 0.001))  # 1 ms at the rate, at least 32 kB
+                # 4 ms at the rate (at least 32 kB): a shaper timer firing late on a loaded host loses no capacity
+                burst = max(32_000, int(limit.rate_bps / 8 * 0.004))
                 parent = ("parent", "1:1", "handle", "10:") if limit.delay_s > 0 else ("root", "handle", "1:")
                 _run("tc", "-n", ns, "qdisc", "add", "dev", "eth0", *parent, "tbf", "rate", f"{limit.rate_bps:.0f}bit",
                      "burst", str(burst), "latency", "200ms")

@@ -41,7 +41,9 @@ def _recv_exact(conn: socket.socket, n: int) -> None:
 
 def measure(src_ns: str, dst_ns: str, dst_address: str, total_bytes: int = 8 * CHUNK, pings: int = 30,
             timeout_s: float = 60.0) -> LinkMeasurement:
-    """Send ``total_bytes`` from ``src_ns`` to ``dst_address`` (in ``dst_ns``) and ping-pong ``pings`` times."""
+    """Send ``total_bytes`` (whole MiB, at least 2) from ``src_ns`` to ``dst_address`` (in ``dst_ns``) and
+    ping-pong ``pings`` times."""
+    total_bytes = max(2, total_bytes // CHUNK) * CHUNK
     ready = threading.Event()
     result: dict[str, float] = {}
     errors: list[BaseException] = []
