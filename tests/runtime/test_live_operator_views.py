@@ -103,7 +103,8 @@ def test_metrics_follow_real_jobs_as_they_start_resize_and_finish(srv):
             first = srv.submit(tiny_job("metered", steps=5000, max_gpus=4, step_s=0.02), client=carol)
         key = ("coddl_job_steps_per_second", (("job", str(first)), ("name", "metered"), ("user", "carol")))
         m = until(lambda m: m.get(key, 0) > 0 and value(m, "coddl_gpus_idle") == 0, "the first job's throughput")
-        assert value(m, "coddl_gpus_allocated", user="carol") == 4 and value(m, "coddl_jobs", state="running") == 1
+        assert value(m, "coddl_gpus_allocated", user="carol", queue="default") == 4
+        assert value(m, "coddl_jobs", state="running") == 1
         assert value(m, "coddl_queue_wait_seconds_count") == 1 and value(m, "coddl_start_seconds_count") == 1
         assert value(m, "coddl_scheduler_decision_seconds_count") >= 1
         assert value(m, "coddl_resize_seconds_count", action="shrink") == 0
@@ -111,9 +112,10 @@ def test_metrics_follow_real_jobs_as_they_start_resize_and_finish(srv):
         with srv.client(srv.token("dave")) as dave:
             second = srv.submit(tiny_job("second", steps=5000, max_gpus=4, step_s=0.02), client=dave)
         m = until(lambda m: value(m, "coddl_resize_seconds_count", action="shrink") >= 1
-                  and ("coddl_gpus_allocated", (("user", "dave"),)) in m, "the first job's shrink")
+                  and ("coddl_gpus_allocated", (("queue", "default"), ("user", "dave"))) in m, "the first job's shrink")
         assert value(m, "coddl_resize_seconds_sum", action="shrink") > 0
-        assert value(m, "coddl_gpus_allocated", user="dave") == 2 and value(m, "coddl_gpus_allocated", user="carol") == 2
+        assert value(m, "coddl_gpus_allocated", user="dave", queue="default") == 2
+        assert value(m, "coddl_gpus_allocated", user="carol", queue="default") == 2
 
         for job in (first, second):
             assert srv.admin.delete(f"/jobs/{job}").status_code == 202

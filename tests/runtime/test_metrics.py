@@ -74,7 +74,7 @@ def test_values_follow_the_store_as_the_controller_writes_it(served):
     store.record_progress([ProgressUpdate(a.id, t + 5, 50, 4, 12.5, 0.7)])
     metrics.observe_decision(0.003, 1)
     m = scrape(url, admin)
-    assert value(m, "coddl_gpus_allocated", user="alice") == 4 and value(m, "coddl_gpus_idle") == 0
+    assert value(m, "coddl_gpus_allocated", user="alice", queue="default") == 4 and value(m, "coddl_gpus_idle") == 0
     assert value(m, "coddl_jobs", state="running") == 1 and value(m, "coddl_queue_oldest_wait_seconds") == 0
     assert value(m, "coddl_queue_wait_seconds_count") == 1
     assert value(m, "coddl_queue_wait_seconds_sum") == pytest.approx(30.0)
@@ -99,7 +99,8 @@ def test_values_follow_the_store_as_the_controller_writes_it(served):
     store.record_applied(b.id, "resume", (2, 3), 3.0, t2 + 23)
     store.record_event(b.id, "worker-lost", t2 + 30, "1 worker failures, 0 restarts from checkpoint")
     m = scrape(url, admin)
-    assert value(m, "coddl_gpus_allocated", user="alice") == 2 and value(m, "coddl_gpus_allocated", user="bob") == 2
+    assert value(m, "coddl_gpus_allocated", user="alice", queue="default") == 2
+    assert value(m, "coddl_gpus_allocated", user="bob", queue="default") == 2
     assert value(m, "coddl_queue_wait_seconds_count") == 2  # the resume is not a second wait
     assert value(m, "coddl_queue_wait_seconds_sum") == pytest.approx(32.0)
     assert value(m, "coddl_resize_seconds_count", action="shrink") == 1
@@ -143,7 +144,7 @@ def test_events_before_the_server_started_are_not_counted(store_url):
     metrics = ClusterMetrics(store, Cluster.for_gpus(2, 2), "fifo()", "local")
     m = samples(metrics.scrape().decode())
     assert value(m, "coddl_queue_wait_seconds_count") == 0  # counters start at the server's start
-    assert value(m, "coddl_gpus_allocated", user="alice") == 1  # gauges show the present
+    assert value(m, "coddl_gpus_allocated", user="alice", queue="default") == 1  # gauges show the present
     store.close()
 
 

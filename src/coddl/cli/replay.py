@@ -31,6 +31,9 @@ def replay_cmd(
     reconfig: str = typer.Option("in-place", "--reconfig", help="reconfiguration cost: zero, in-place or restart"),
     out: Path = typer.Option(Path("replay.html"), "--out", help="the HTML report to write"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="parallel processes; default: one per core"),
+    quotas: Optional[Path] = typer.Option(None, "--quotas", help="a queue file (teams as queues with quotas; Slurm "
+                                                                 "accounts under 'accounts:'): each policy also runs "
+                                                                 "over these queues"),
 ) -> None:
     """What if your cluster's history had run under each policy? Overall and per team, in one HTML file."""
     from coddl import __version__
@@ -55,14 +58,14 @@ def replay_cmd(
             history = history.only([p.strip() for p in partition.split(",") if p.strip()])
         cfg = SimConfig(trace=history.name, gpus=cluster_gpus(history, gpus, gpus_per_node), gpus_per_node=gpus_per_node,
                         cluster=str(cluster) if cluster else None, policies=pols, seed=seed, reconfig=reconfig,
-                        rate="curves", version=__version__)
+                        rate="curves", version=__version__, queues=str(quotas) if quotas else None)
         skipped = ", ".join(f"{n} {r}" for r, n in history.skipped.items())
         console.print(f"[bold]{history.name}[/bold]: {len(history.jobs)} jobs to replay"
                       f"{f' (skipped: {skipped})' if skipped else ''}; peak {history.peak_gpus} GPUs in use; "
                       f"replay cluster {cluster or f'{cfg.gpus} GPUs'}, reconfig={reconfig}, seed={seed}")
         with Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as bar:
-            task = bar.add_task("policies", total=len(pols))
+            task = bar.add_task("policies", total=len(pols) * (2 if quotas else 1))
             rr = replay(history, cfg, workers=workers,
                         on_done=lambda p: bar.update(task, advance=1, description=f"policies ({p} done)"))
         console.print(summary_table(rr.summaries, f"{history.name}: as recorded and under each policy"))

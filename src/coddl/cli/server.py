@@ -67,11 +67,14 @@ def server_start(
         False, "--unsafe-no-isolation",
         help="run jobs with the server's own privileges: any job can read the tokens, the database and every "
              "other job (only for a single-user machine that cannot sandbox)"),
+    queues: Optional[Path] = typer.Option(None, "--queues", help="a queue file (teams, quotas, cohorts): replaces the "
+                                                                 "stored queues (`coddl queue` changes them live)"),
 ) -> None:
     """Run the scheduler, its workers and the REST API until `coddl server stop` or ^C (jobs resume on the next start)."""
     import logging
 
     from coddl.policies.registry import PolicySpecError
+    from coddl.queues.model import QueueError
     from coddl.runtime.controller import ControllerSettings
     from coddl.runtime.errors import ConfigError
     from coddl.runtime.executors.driver import ExecutorSettings
@@ -90,13 +93,13 @@ def server_start(
                           host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
-                          isolate=not unsafe_no_isolation)
+                          isolate=not unsafe_no_isolation, queues=queues)
     if unsafe_no_isolation:
         err_console.print("[bold red]warning:[/bold red] --unsafe-no-isolation: every job runs with the server's "
                           "privileges and can read its tokens, its database and every other job")
     try:
         serve(config, announce=console.print, step=_startup_step)
-    except (ConfigError, PolicySpecError) as e:
+    except (ConfigError, PolicySpecError, QueueError) as e:
         raise fail(str(e)) from None
     except LeaseLost as e:
         err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)

@@ -21,9 +21,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobStatus
+from coddl.runtime.api_queues import queue_routes
 from coddl.runtime.api_tokens import token_routes
 from coddl.runtime.limits import MAX_STORE_INT, ApiLimits, fit_problem, held_message
 from coddl.runtime.logs import stream_logs
+from coddl.runtime.queues import queue_fit_problem
 from coddl.runtime.spec import JobFile, SpecError, parse_job, script_argv
 from coddl.runtime.store import JobView, Store, User
 from coddl.runtime.text import short
@@ -74,7 +76,8 @@ def _statuses(status: str | None) -> tuple[str, ...]:
 
 
 def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Callable[[], None],
-               limits: ApiLimits = ApiLimits()) -> FastAPI:
+               limits: ApiLimits = ApiLimits(), on_queues: Callable[[], None] = lambda: None) -> FastAPI:
+    """``on_change``: a job was submitted or cancelled; ``on_queues``: an admin changed the queues."""
     app = FastAPI(title="coddl", version="0.1.0", default_response_class=SafeJSONResponse,
                   description="Elastic GPU-cluster scheduler for deep-learning training. "
                               "Every endpoint needs `Authorization: Bearer TOKEN` (`coddl token create USER`). "
@@ -128,8 +131,10 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
             if not exists:
                 raise HTTPException(422, f"job: command: no such script on the server: {short(script, 200)}")
         problem = fit_problem(info.cluster, job.min_gpus)
-        if problem is not None and limits.too_large == "refuse":
-            raise HTTPException(422, f"job: min_gpus: {problem}")
+        if limits.too_large == "refuse":  # (held instead: a job over its queue's ceiling waits for a new quota)
+            refused = problem or queue_fit_problem(store, info.cluster, owner, job.min_gpus)
+            if refused is not None:
+                raise HTTPException(422, f"job: min_gpus: {refused}")
         row = store.add_job(job.name, owner, job.model_dump(mode="json"), job.total_steps,
                             None if problem is None else held_message(problem))
         on_change()
@@ -179,6 +184,7 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
         return SafeJSONResponse(job_json(j), status_code=202)
 
     app.include_router(token_routes(store, user, body))
+    app.include_router(queue_routes(store, info.cluster, user, body, on_queues))
 
     @app.get("/cluster", summary="the live cluster: nodes, GPUs in use, who holds them")
     def cluster(u: User = Depends(user)) -> SafeJSONResponse:

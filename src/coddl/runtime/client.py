@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import quote
 
 import httpx
 
@@ -130,6 +131,18 @@ class Client:
 
     def revoke_token(self, token_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/tokens/{token_id}")
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/queues")
+
+    def put_queue(self, name: str, settings: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._call("PUT", f"/queues/{quote(name, safe='')}", json=settings)
+
+    def delete_queue(self, name: str) -> list[dict[str, Any]]:
+        return self._call("DELETE", f"/queues/{quote(name, safe='')}")
+
+    def put_queues(self, document: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._call("PUT", "/queues", json=document)
 
     def logs(self, job_id: int, follow: bool = False) -> Iterator[str]:
         try:

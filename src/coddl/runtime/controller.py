@@ -81,6 +81,8 @@ class Controller:
         self._held: set[JobId] = set()  # jobs that can never fit this cluster: queued, never planned
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
+        self._soon: list[Callable[[], None]] = []  # changes to the scheduler from other threads
+        self._soon_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="coddl-controller", daemon=True)
         self._next_period = 0.0
         executor.notify = self.wake
@@ -120,6 +122,13 @@ class Controller:
     def wake(self) -> None:
         self._wakeup.set()
 
+    def call_soon(self, change: Callable[[], None]) -> None:
+        """Run ``change`` on the controller's thread before its next decision (which it forces):
+        how another thread (an admin's request) changes what the scheduler works with."""
+        with self._soon_lock:
+            self._soon.append(change)
+        self.wake()
+
     def _run(self) -> None:
         last = 0.0
         while not self._stopping.is_set():
@@ -147,6 +156,11 @@ class Controller:
 
     # ------------------------------------------------------------------ one round
     def tick(self) -> None:
+        with self._soon_lock:
+            changes, self._soon = self._soon, []
+        for change in changes:
+            change()
+            self.scheduler.dirty = True
         now = self.now()
         self._ingest(now)
         self._cancel(now)

@@ -33,6 +33,8 @@ from prometheus_client.registry import Collector
 from coddl.core.allocation import ActionKind
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobStatus
+from coddl.queues.model import QueueSet
+from coddl.runtime.queues import queue_states, stored_queues
 from coddl.runtime.store import LoggedEvent, Store, digest
 
 METRICS_TOKEN_KEY = "metrics_token"  # meta key of the metrics token's digest
@@ -145,14 +147,17 @@ class _Snapshot(Collector):
         total = self.cluster.total_gpus
         yield GaugeMetricFamily("coddl_gpus", "GPUs in the cluster", value=total)
         holders = self.store.holders()
-        by_user: dict[str, int] = defaultdict(int)
+        queues = stored_queues(self.store)
+        by_user: dict[tuple[str, str], int] = defaultdict(int)
         for j in holders:
-            by_user[j.owner] += len(j.gpus)
-        allocated = GaugeMetricFamily("coddl_gpus_allocated", "GPUs held by each user's jobs", labels=["user"])
-        for user, n in sorted(by_user.items()):
-            allocated.add_metric([user], n)
+            by_user[(j.owner, queues.names[queues.queue_of(j.owner)])] += len(j.gpus)
+        allocated = GaugeMetricFamily("coddl_gpus_allocated", "GPUs held by each user's jobs, and the user's queue",
+                                      labels=["user", "queue"])
+        for (user, queue), n in sorted(by_user.items()):
+            allocated.add_metric([user, queue], n)
         yield allocated
         yield GaugeMetricFamily("coddl_gpus_idle", "GPUs no job holds", value=total - sum(by_user.values()))
+        yield from self._queues(queues)
         counts = self.store.counts()
         jobs = GaugeMetricFamily("coddl_jobs", "jobs by state", labels=["state"])
         for s in JobStatus:
@@ -175,6 +180,19 @@ class _Snapshot(Collector):
             if j.steps_per_s is not None:
                 rate.add_metric(key, j.steps_per_s)
         yield from (rate, gpus, progress)
+
+
+    def _queues(self, queues: QueueSet) -> Iterator[Metric]:
+        quota = GaugeMetricFamily("coddl_queue_quota_gpus", "each queue's nominal GPU quota", labels=["queue", "cohort"])
+        borrowed = GaugeMetricFamily("coddl_queue_borrowed_gpus", "GPUs each queue holds beyond its quota",
+                                     labels=["queue"])
+        waiting = GaugeMetricFamily("coddl_queue_waiting_jobs", "each queue's jobs waiting for GPUs", labels=["queue"])
+        for st in queue_states(self.store, self.cluster, queues):
+            name = st.queue.name
+            quota.add_metric([name, st.queue.cohort or ""], st.nominal_gpus)
+            borrowed.add_metric([name], st.borrowed)
+            waiting.add_metric([name], st.waiting)
+        yield from (quota, borrowed, waiting)
 
 
 # --------------------------------------------------------------------------- the scrape token

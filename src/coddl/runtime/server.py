@@ -28,6 +28,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from coddl.policies.registry import make_policy
+from coddl.queues.config import load_queues
+from coddl.queues.policy import QueuedPolicy
+from coddl.runtime import queues as stored_queues
 from coddl.runtime.api import ClusterInfo, create_app
 from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.dashboard import mount_dashboard
@@ -66,6 +69,7 @@ class ServerConfig:
     limits: ApiLimits = ApiLimits()  # request body size, and whether a job too large for the cluster is refused
     lease_s: float = DEFAULT_LEASE_S  # how long a server that stopped renewing keeps the database
     isolate: bool = True  # False: --unsafe-no-isolation
+    queues: Path | None = None  # a queue file that replaces the stored queues at start (coddl.queues)
 
 
 Step = Callable[[str], ContextManager[object]]
@@ -127,7 +131,8 @@ class Runtime:
         self.store: Store | None = None
         self.lease: Lease | None = None
         try:
-            policy = make_policy(config.policy)  # a bad policy name fails before anything starts
+            make_policy(config.policy)  # a bad policy name fails before anything starts
+            queues = load_queues(config.queues) if config.queues else None  # and so does a bad queue file
             with step("opening the store and taking its lease"):
                 self.store = Store(config.database or sqlite_url(self.state_dir))
                 private_state_dir(self.state_dir)  # the database file SQLite just created
@@ -138,7 +143,12 @@ class Runtime:
             with step(f"warming the worker pool and checking job isolation ({self.isolation.describe()})"):
                 self.executor = make_executor(config, self.isolation, self.jobs_dir)
             self.executor.guard = self.lease.guard
-            self.scheduler = Scheduler(self.executor.cluster, policy, runtime_curves())
+            cluster = self.executor.cluster
+            if queues is not None:
+                stored_queues.replace_all(self.store, cluster, queues)
+            policy = QueuedPolicy(stored_queues.stored_queues(self.store), lambda: make_policy(config.policy))
+            policy.quotas(cluster.total_gpus, cluster.total_cpus)  # stored quotas larger than this cluster fail here
+            self.scheduler = Scheduler(cluster, policy, runtime_curves())
             self.controller = Controller(self.store.fenced(self.lease.fence), self.scheduler, self.executor,
                                          self.jobs_dir, config.controller)
             self.metrics = ClusterMetrics(self.store, self.executor.cluster, policy.describe(), self.executor.kind)
@@ -150,6 +160,11 @@ class Runtime:
     def start(self) -> tuple[int, int]:
         """Recover the unfinished jobs and run; returns (jobs recovered, leftover workers killed)."""
         return self.controller.start()
+
+    def reload_queues(self) -> None:
+        """An admin changed the queues: the scheduler takes them from the store at its next decision."""
+        policy = self.scheduler.policy
+        self.controller.call_soon(lambda: policy.reconfigure(stored_queues.stored_queues(self.store)))
 
     def stop(self) -> None:
         """Stop scheduling, then every job (rank 0 checkpoints): a later start resumes them."""
@@ -173,7 +188,8 @@ class Runtime:
 
     def app(self) -> FastAPI:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
-        app = create_app(self.store, info, self.jobs_dir, self.controller.wake, self.config.limits)
+        app = create_app(self.store, info, self.jobs_dir, self.controller.wake, self.config.limits,
+                         on_queues=self.reload_queues)
         app.include_router(metrics_router(self.metrics))
         mount_dashboard(app, self.store, info, self.jobs_dir)
         return app

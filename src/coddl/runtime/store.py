@@ -167,6 +167,17 @@ class TokenRow(Base):
     revoked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
+class QueueRow(Base):
+    """The teams' queues (``coddl.queues``) as an admin configured them, in order; each queue's
+    settings (quota, cohort, limits, weight, members) as one JSON document."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    settings: Mapped[dict] = mapped_column(JSON)
+
+
 class MetaRow(Base):
     __tablename__ = "meta"
 
@@ -476,6 +487,33 @@ class Store:
     def set_meta(self, key: str, value: str) -> None:
         with self._w() as s:
             s.merge(MetaRow(key=key, value=value))
+
+    # ------------------------------------------------------------------ queues
+    @tolerant
+    def queues(self) -> list[tuple[str, dict]]:
+        """The configured queues in order: (name, settings)."""
+        with self._r() as s:
+            return [(r.name, r.settings) for r in s.scalars(select(QueueRow).order_by(QueueRow.position))]
+
+    def update_queues(self, change: Callable[[list[tuple[str, dict]]], list[tuple[str, dict]]]) -> list[tuple[str, dict]]:
+        """Replace the queues with ``change(current)`` in one write transaction, so two admins' edits
+        never interleave; ``change`` validates and may raise, which leaves the queues as they were."""
+        with self._w() as s:
+            current = [(r.name, r.settings) for r in s.scalars(select(QueueRow).order_by(QueueRow.position))]
+            new = change(current)
+            s.execute(delete(QueueRow))
+            s.flush()
+            s.add_all(QueueRow(name=name, position=i, settings=settings) for i, (name, settings) in enumerate(new))
+            return new
+
+    @tolerant
+    def waiting_by_owner(self) -> dict[str, int]:
+        """Per owner: jobs waiting for GPUs (queued or suspended, no cancel requested)."""
+        with self._r() as s:
+            q = (select(JobRow.owner, func.count())
+                 .where(JobRow.status.in_((JobStatus.QUEUED.value, JobStatus.SUSPENDED.value)),
+                        JobRow.cancel_requested.is_(False)).group_by(JobRow.owner))
+            return {owner: n for owner, n in s.execute(q)}
 
     # ------------------------------------------------------------------ tokens
     def create_token(self, user: str, admin: bool = False, expires_at: float | None = None) -> str:

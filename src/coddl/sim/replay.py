@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -22,7 +22,9 @@ from coddl.core.table import JobRecord
 from coddl.sim.config import SimConfig
 from coddl.sim.engine import SimResult
 from coddl.sim.metrics import Summary, summarise
-from coddl.sim.run import Prepared, prepare, run_policy
+from coddl.policies.registry import make_policy
+from coddl.queues.report import QueueStats, queue_stats
+from coddl.sim.run import Prepared, prepare, queued_label, run_policy
 from coddl.traces.history import History
 from coddl.traces.model import TraceError
 
@@ -61,6 +63,7 @@ class ReplayResult:
     summaries: list[Summary]
     teams: dict[str, dict[str, TeamStats]]  # team → run → stats, teams by recorded GPU-hours
     fairness: list[Fairness]  # one per policy
+    queues: dict[str, list[QueueStats]] = field(default_factory=dict)  # run → per queue (with --quotas)
 
 
 def cluster_gpus(history: History, gpus: int | None, gpus_per_node: int) -> int:
@@ -78,13 +81,20 @@ def replay(history: History, config: SimConfig, *, workers: int | None = None,
     prep = prepare(config, history.trace(), runtime_curves())
     if prep.skipped:  # a replay keeps every job: one the cluster cannot hold is a --gpus mistake
         s = prep.skipped[0]
+        fix = "--quotas" if "queue" in s.reason else "--gpus or --cluster"
         raise TraceError(f"{history.name}: job {s.job_id}: {s.reason.replace('the cluster', 'the replay cluster')} "
-                         "(--gpus or --cluster)")
+                         f"({fix})")
     results = {RECORDED: recorded_result(history, prep)}
     results.update(_run_policies(prep, config, workers, on_done))
     summaries = [summarise(r) for r in results.values()]
     teams = team_stats(history, results)
-    return ReplayResult(history, prep, config, results, summaries, teams, fairness(teams, list(results)[1:]))
+    queues = {}
+    if prep.queues is not None:
+        quotas = prep.queues.quotas(prep.cluster.total_gpus, prep.cluster.total_cpus)
+        elastic = {p: make_policy(p).elastic for p in config.policies}
+        queues = {run: queue_stats(res, prep.queues, quotas, elastic.get(run.removesuffix(queued_label("")), False))
+                  for run, res in results.items()}
+    return ReplayResult(history, prep, config, results, summaries, teams, fairness(teams, list(results)[1:]), queues)
 
 
 def recorded_result(history: History, prep: Prepared) -> SimResult:
@@ -97,33 +107,41 @@ def recorded_result(history: History, prep: Prepared) -> SimResult:
     res = SimResult(policy=RECORDED, records=records, capacity=prep.cluster.total_gpus,
                     cpu_capacity=prep.cluster.total_cpus)
     res.utilisation = [(t - t0, used) for t, used in history.usage]
+    res.timeline = sorted((r.start - t0, r.job.job_id, r.job.num_gpus) for r in history.jobs)
     return res
 
 
-def _run_one(prep: Prepared, policy: str, config: SimConfig) -> SimResult:
-    return run_policy(prep, policy, config)
+def _run_one(prep: Prepared, policy: str, config: SimConfig, queued: bool) -> SimResult:
+    return run_policy(prep, policy, config, queued=queued)
+
+
+def runs_of(prep: Prepared, config: SimConfig) -> list[tuple[str, bool]]:
+    """(policy, over queues?) of every run: each policy, then each over the quotas if there are any."""
+    return [(p, False) for p in config.policies] + ([(p, True) for p in config.policies] if prep.queues else [])
 
 
 def _run_policies(prep: Prepared, config: SimConfig, workers: int | None,
                   on_done: Callable[[str], None] | None) -> dict[str, SimResult]:
-    """One policy per process (the workload is sent along); results in the order asked."""
-    n = min(len(config.policies), workers or os.cpu_count() or 1)
-    out: dict[str, SimResult] = {}
+    """One run per process (the workload is sent along); results in the order asked."""
+    runs = runs_of(prep, config)
+    label = {run: queued_label(run[0]) if run[1] else run[0] for run in runs}
+    n = min(len(runs), workers or os.cpu_count() or 1)
+    out: dict[tuple[str, bool], SimResult] = {}
     if n <= 1:
-        for p in config.policies:
-            out[p] = _run_one(prep, p, config)
+        for run in runs:
+            out[run] = _run_one(prep, run[0], config, run[1])
             if on_done:
-                on_done(p)
+                on_done(label[run])
     else:
         with ProcessPoolExecutor(max_workers=n) as pool:
-            futures = {pool.submit(_run_one, prep, p, config): p for p in config.policies}
+            futures = {pool.submit(_run_one, prep, run[0], config, run[1]): run for run in runs}
             for f in as_completed(futures):
                 out[futures[f]] = f.result()
                 if on_done:
-                    on_done(futures[f])
-    for p in config.policies:
-        out[p].policy = p
-    return {p: out[p] for p in config.policies}
+                    on_done(label[futures[f]])
+    for run in runs:
+        out[run].policy = label[run]
+    return {label[run]: out[run] for run in runs}
 
 
 def team_stats(history: History, results: dict[str, SimResult]) -> dict[str, dict[str, TeamStats]]:

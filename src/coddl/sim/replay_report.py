@@ -22,6 +22,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape  # noqa: E402
 
 from coddl.policies.registry import make_policy  # noqa: E402
 from coddl.sim.replay import RECORDED, SAME, ReplayResult, best_for_team  # noqa: E402
+from coddl.sim.run import queued_label  # noqa: E402
 from coddl.sim.report import plot_jct_cdf, plot_utilisation  # noqa: E402
 
 MAX_TEAMS_PLOTTED = 12
@@ -80,6 +81,7 @@ def render(rr: ReplayResult, generated_by: str) -> str:
     h = rr.history
     recorded = rr.summaries[0]
     elastic = {p: make_policy(p).elastic for p in rr.config.policies}
+    elastic.update({queued_label(p): e for p, e in elastic.items()})
     teams = []
     for team, stats in rr.teams.items():
         base = stats[RECORDED]
@@ -93,6 +95,7 @@ def render(rr: ReplayResult, generated_by: str) -> str:
     return env.get_template("replay.html").render(
         h=h, rr=rr, rows=rows, best_avg=best_avg, teams=teams, elastic=elastic, recorded=RECORDED,
         span=f"{_date(h.origin)} to {_date(end)}", cluster=rr.prepared.cluster, same=SAME,
+        quotas=rr.config.queues, queues=_queue_rows(rr),
         generated_by=generated_by,
         plots={
             "jct": png(lambda f: plot_jct_cdf(f, rr.results)),
@@ -100,6 +103,19 @@ def render(rr: ReplayResult, generated_by: str) -> str:
             "teams": png(lambda f: plot_teams(f, rr)),
         },
     )
+
+
+def _queue_rows(rr: ReplayResult) -> list[dict]:
+    """One row per queue that had jobs: its quota, and per run its attainment and borrowed GPU-hours."""
+    if not rr.queues:
+        return []
+    runs = list(rr.queues)
+    rows = []
+    for i, base in enumerate(rr.queues[RECORDED]):
+        if base.jobs:
+            rows.append({"name": base.queue, "quota": base.nominal_gpus, "jobs": base.jobs,
+                         "runs": [(run, rr.queues[run][i]) for run in runs]})
+    return rows
 
 
 def write_html(path: Path, rr: ReplayResult, generated_by: str) -> None:

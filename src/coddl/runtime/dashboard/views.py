@@ -30,6 +30,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from coddl.runtime.api import ClusterInfo
 from coddl.runtime.dashboard.charts import OTHERS, Series, colour, lines, stacked_steps
 from coddl.runtime.logs import tail_logs
+from coddl.runtime.queues import queue_states, stored_queues
 from coddl.runtime.store import TERMINAL, JobView, Store, User
 from coddl.traces.history import step_series
 
@@ -97,9 +98,19 @@ class Dashboard:
         jobs = list(reversed(self.store.list_jobs(None if u.admin else u.name, MAX_JOBS)))
         held, throughput = self._history(u, since, now)
         return self.page("overview.html", request, user=u, nodes=self._gpus(u, holders), jobs=jobs,
-                         counts=self.store.counts(),
+                         counts=self.store.counts(), queues=self._queues(u),
                          gpus_in_use=sum(len(j.gpus) for j in holders), window=window, windows=WINDOWS_MIN,
                          allocation_chart=held, throughput_chart=throughput)
+
+    def _queues(self, u: User) -> list[dict[str, Any]]:
+        """The teams' queues (none when none are configured): quota, use, borrowing; members for admins
+        and for the user's own queue."""
+        queues = stored_queues(self.store)
+        if not queues.configured:
+            return []
+        mine = queues.queue_of(u.name)
+        return [dict(st.as_json(members=u.admin or i == mine), mine=i == mine)
+                for i, st in enumerate(queue_states(self.store, self.info.cluster, queues))]
 
     def _gpus(self, u: User, holders: list[JobView]) -> list[dict[str, Any]]:
         """Each node's GPUs with the job on each: named only where the user may see the job."""
