@@ -124,6 +124,16 @@ def test_admins_change_queues_and_everyone_sees_them(api) -> None:
     assert theirs and "(yours)" not in theirs.group(1) and "bob" not in theirs.group(1)
 
 
+def test_a_bad_queue_file_is_one_line_and_exit_2_before_anything_starts(tmp_path) -> None:
+    bad = tmp_path / "queues.yaml"
+    bad.write_text("queues:\n  - name: vision\n    nominal_gpus: -2\n")
+    message = f"error: {bad}: line 3: queues.0.nominal_gpus: must be >= 0, got -2"
+    for args in (("server", "start", "--gpus", "4", "--port", "0", "--queues", str(bad)), ("queue", "apply", str(bad))):
+        r = coddl(*args, "--state-dir", str(tmp_path / "state"))
+        assert (r.returncode, r.stderr.strip().splitlines()) == (2, [message]), r.stderr
+    assert not (tmp_path / "state" / "server.json").exists()
+
+
 @pytest.mark.slow
 def test_a_live_team_gets_its_quota_back_from_a_borrowing_job(tmp_path) -> None:
     """4 GPUs, afs-p, queues from a file: carol's team and dave's own 2 each. carol's job (1..4 GPUs)
@@ -156,6 +166,8 @@ def test_a_live_team_gets_its_quota_back_from_a_borrowing_job(tmp_path) -> None:
         bad = coddl("queue", "set", "nlp", "--nominal-gpus", "3", "--state-dir", str(srv.state_dir))
         assert bad.returncode == 1 and "add up to 5 GPUs and the cluster has 4" in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+        unknown = coddl("queue", "delete", "nope", "--state-dir", str(srv.state_dir))
+        assert (unknown.returncode, unknown.stderr.strip().splitlines()) == (1, ["error: queue nope: no such queue"])
         ok = coddl("queue", "set", "nlp", "--weight", "2", "--state-dir", str(srv.state_dir))
         assert ok.returncode == 0, ok.stderr
         nlp = next(q for q in srv.admin.get("/queues").json() if q["name"] == "nlp")
