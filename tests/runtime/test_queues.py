@@ -167,7 +167,8 @@ def test_a_live_team_gets_its_quota_back_from_a_borrowing_job(tmp_path) -> None:
         assert bad.returncode == 1 and "add up to 5 GPUs and the cluster has 4" in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
         unknown = coddl("queue", "delete", "nope", "--state-dir", str(srv.state_dir))
-        assert (unknown.returncode, unknown.stderr.strip().splitlines()) == (1, ["error: queue nope: no such queue"])
+        assert (unknown.returncode, unknown.stderr.strip().splitlines()) == (1, ["error: 404 Not Found: queue nope: "
+                                                                                 "no such queue"])
         ok = coddl("queue", "set", "nlp", "--weight", "2", "--state-dir", str(srv.state_dir))
         assert ok.returncode == 0, ok.stderr
         nlp = next(q for q in srv.admin.get("/queues").json() if q["name"] == "nlp")
