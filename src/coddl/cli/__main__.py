@@ -1,3 +1,4 @@
 from coddl.cli.main import main
 
-main()
+if __name__ == "__main__":  # not when multiprocessing's spawn re-imports it in a child
+    main()

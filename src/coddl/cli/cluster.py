@@ -1,15 +1,17 @@
-"""``coddl cluster show SPEC``: check a cluster spec and print what it describes."""
+"""``coddl cluster show SPEC``: check a cluster spec and print what it describes; ``coddl cluster inspect``:
+measure the cluster and write one."""
 
 from __future__ import annotations
 
 from itertools import groupby
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from coddl.cli.errors import user_errors
+from coddl.cli.errors import fail, user_errors
 from coddl.core.cluster import Cluster
 from coddl.core.clusterspec import load_cluster
 
@@ -51,3 +53,41 @@ def show(spec: Path = typer.Argument(..., help="cluster spec: YAML, or a Tiresia
     with user_errors():
         cluster = load_cluster(spec)
     console.print(render_cluster(cluster, title=str(spec)))
+
+
+@app.command("inspect")
+def inspect(out: Path = typer.Option(Path("cluster.yaml"), "--out", help="where to write the cluster spec"),
+            executor: str = typer.Option("local", "--executor", help="local | ray"),
+            ray_address: Optional[str] = typer.Option(None, "--ray-address", help="HOST:PORT of the Ray cluster"),
+            gpus: int = typer.Option(2, "--gpus", help="slots of the local executor to measure with"),
+            sizes_kib: str = typer.Option("4,256,1024,4096", "--sizes-kib", help="all-reduce message sizes, KiB"),
+            reps: int = typer.Option(5, "--reps", min=1, max=100, help="timed all-reduces per size (median)")) -> None:
+    """Measure each node (device, cores, memory) and each link (gloo all-reduces within and between nodes)
+    through the executor; fit link bandwidth and latency; write a cluster spec to OUT and print it."""
+    from coddl.runtime.errors import ConfigError
+    from coddl.runtime.inspection.run import inspect_local, inspect_ray, write_spec
+
+    try:
+        sizes = tuple(int(s) * 1024 for s in sizes_kib.split(","))
+        if not sizes or min(sizes) <= 0:
+            raise ValueError
+    except ValueError:
+        raise fail(f"--sizes-kib: expected positive whole KiB separated by commas, got {sizes_kib!r}") from None
+    try:
+        with console.status("inspecting the cluster: gloo all-reduces within and between nodes"):
+            if executor == "local":
+                result = inspect_local(gpus, sizes, reps)
+            elif executor == "ray":
+                if not ray_address:
+                    raise ConfigError("--executor ray needs --ray-address HOST:PORT")
+                result = inspect_ray(ray_address, sizes, reps)
+            else:
+                raise ConfigError(f"--executor must be local or ray, got {executor!r}")
+        with user_errors():
+            write_spec(result, out)
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"{out}: cannot write the cluster spec ({e.strerror})") from None
+    with user_errors():
+        console.print(render_cluster(load_cluster(out), title=f"{out} (inspected in {result.seconds:.1f} s)"))

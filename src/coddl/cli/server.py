@@ -46,6 +46,9 @@ def server_start(
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (slots) of the local executor (default 8); "
                                                             "a Ray cluster's are its nodes'"),
     executor: str = typer.Option("local", "--executor", help="local | ray"),
+    cluster: Optional[Path] = typer.Option(None, "--cluster",
+                                           help="cluster spec of this cluster (coddl cluster inspect): device types "
+                                                "and calibrated links for the scheduler"),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="HOST:PORT of the Ray cluster (ray executor)"),
     ray_connect_timeout_s: float = typer.Option(15.0, "--ray-connect-timeout-s",
                                                 help="give up on an unreachable Ray address after this long"),
@@ -93,7 +96,7 @@ def server_start(
                           host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
-                          isolate=not unsafe_no_isolation, queues=queues)
+                          isolate=not unsafe_no_isolation, queues=queues, cluster_spec=cluster)
     if unsafe_no_isolation:
         err_console.print("[bold red]warning:[/bold red] --unsafe-no-isolation: every job runs with the server's "
                           "privileges and can read its tokens, its database and every other job")

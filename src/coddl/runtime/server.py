@@ -27,11 +27,14 @@ from typing import Callable, ContextManager
 import uvicorn
 from fastapi import FastAPI
 
+from coddl.core.cluster import Cluster
+from coddl.core.clusterspec import ClusterSpecError, load_cluster
 from coddl.policies.registry import make_policy
 from coddl.queues.config import load_queues
 from coddl.queues.policy import QueuedPolicy
 from coddl.runtime import queues as stored_queues
 from coddl.runtime.api import ClusterInfo, create_app
+from coddl.runtime.calibrated import with_spec
 from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.dashboard import mount_dashboard
 from coddl.runtime.errors import ConfigError
@@ -70,6 +73,7 @@ class ServerConfig:
     lease_s: float = DEFAULT_LEASE_S  # how long a server that stopped renewing keeps the database
     isolate: bool = True  # False: --unsafe-no-isolation
     queues: Path | None = None  # a queue file that replaces the stored queues at start (coddl.queues)
+    cluster_spec: Path | None = None  # device types and calibrated links of the executor's cluster (--cluster)
 
 
 Step = Callable[[str], ContextManager[object]]
@@ -79,11 +83,22 @@ def _quietly(_what: str) -> ContextManager[object]:
     return contextlib.nullcontext()
 
 
+def load_spec(path: Path | None) -> Cluster | None:
+    if path is None:
+        return None
+    try:
+        return load_cluster(path)
+    except ClusterSpecError as e:
+        raise ConfigError(f"--cluster: {e}") from None
+
+
 def make_executor(config: ServerConfig, isolation: Isolation, work_dir: Path) -> Executor:
     if config.executor == "local":
         from coddl.runtime.executors.local import LocalExecutor
 
-        gpus = LOCAL_GPUS if config.gpus is None else config.gpus
+        spec = load_spec(config.cluster_spec)
+        one_node = spec.nodes[0].gpus if spec is not None and len(spec.nodes) == 1 else None
+        gpus = config.gpus if config.gpus is not None else one_node or LOCAL_GPUS
         if gpus < 1:
             raise ConfigError(f"--gpus must be at least 1, got {gpus}")
         return LocalExecutor(gpus, config.workers, isolation, work_dir)
@@ -133,6 +148,7 @@ class Runtime:
         try:
             make_policy(config.policy)  # a bad policy name fails before anything starts
             queues = load_queues(config.queues) if config.queues else None  # and so does a bad queue file
+            spec = load_spec(config.cluster_spec)  # and so does a bad cluster spec
             with step("opening the store and taking its lease"):
                 self.store = Store(config.database or sqlite_url(self.state_dir))
                 private_state_dir(self.state_dir)  # the database file SQLite just created
@@ -143,6 +159,8 @@ class Runtime:
             with step(f"warming the worker pool and checking job isolation ({self.isolation.describe()})"):
                 self.executor = make_executor(config, self.isolation, self.jobs_dir)
             self.executor.guard = self.lease.guard
+            if spec is not None:
+                self.executor.cluster = with_spec(self.executor.cluster, spec, str(config.cluster_spec))
             cluster = self.executor.cluster
             if queues is not None:
                 stored_queues.replace_all(self.store, cluster, queues)
@@ -271,6 +289,11 @@ def serve(config: ServerConfig, announce=print, step: Step = _quietly) -> None: 
         announce(f"coddl server on {http.url} (docs: {http.url}/docs) — {runtime.executor.kind} executor, "
                  f"{c.total_gpus} GPUs on {len(c.nodes)} node(s), policy {runtime.scheduler.policy.describe()}, "
                  f"state in {runtime.state_dir}, jobs isolated: {runtime.isolation.describe()}")
+        if runtime.config.cluster_spec is not None:
+            lk = c.links
+            announce(f"links from {runtime.config.cluster_spec}: intra-node {lk.intra_node_gbps:g} GB/s, "
+                     f"{lk.intra_node_latency_us:g} µs; inter-node {lk.inter_node_gbps:g} GB/s, "
+                     f"{lk.inter_node_latency_us:g} µs")
         if created:
             announce(f"admin token for {getpass.getuser()} written to {runtime.state_dir / CLIENT_FILE}")
         stop.wait()
