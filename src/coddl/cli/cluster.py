@@ -61,7 +61,7 @@ def inspect(out: Path = typer.Option(Path("cluster.yaml"), "--out", help="where 
             ray_address: Optional[str] = typer.Option(None, "--ray-address", help="HOST:PORT of the Ray cluster"),
             gpus: int = typer.Option(2, "--gpus", help="slots of the local executor to measure with"),
             sizes_kib: str = typer.Option("4,256,1024,4096", "--sizes-kib", help="all-reduce message sizes, KiB"),
-            reps: int = typer.Option(5, "--reps", min=1, max=100, help="timed all-reduces per size (median)")) -> None:
+            reps: int = typer.Option(5, "--reps", min=1, max=100, help="timed all-reduces per size (the fastest counts)")) -> None:
     """Measure each node (device, cores, memory) and each link (gloo all-reduces within and between nodes)
     through the executor; fit link bandwidth and latency; write a cluster spec to OUT and print it."""
     from coddl.runtime.errors import ConfigError

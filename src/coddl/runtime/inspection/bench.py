@@ -3,8 +3,9 @@
 Every rank joins one world (gloo, on a TCPStore the inspecting process holds) and creates every
 measured group, since ``new_group`` is collective over the world; the groups then run one after the
 other, with a world barrier between them, so no two measurements share a link. Each group times each
-message size ``reps`` times after one warm-up and reports the median; the slowest member's median is
-the group's time (an all-reduce ends when its last rank has the result).
+message size ``reps`` times after one warm-up and reports the fastest: on a shared, loaded machine the
+slow repetitions measure the other work (a rank not scheduled in time), not the link; the slowest
+member's time is the group's (an all-reduce ends when its last rank has the result).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-import statistics
 import time
 from dataclasses import asdict, dataclass
 
@@ -43,8 +43,8 @@ def node_facts() -> NodeFacts:
 
 def run_rank(rank: int, world: int, host: str, port: int, groups: list[list[int]], sizes: list[int],
              reps: int, timeout_s: float = 60.0) -> dict:
-    """Join the world, run every group this rank is in; return its node's facts and its medians
-    ``{group index: {size: seconds}}``."""
+    """Join the world, run every group this rank is in; return its node's facts and its fastest times
+    ``{group index: {size: seconds}}`` (under ``medians``, the fastest of ``reps``)."""
     import torch
     import torch.distributed as dist
 
@@ -73,7 +73,7 @@ def run_rank(rank: int, world: int, host: str, port: int, groups: list[list[int]
                         if backend == "nccl":
                             torch.cuda.synchronize()
                         times.append(time.perf_counter() - start)
-                    medians[gi][size] = statistics.median(times)
+                    medians[gi][size] = min(times)
             dist.barrier()
     finally:
         dist.destroy_process_group()

@@ -57,7 +57,7 @@ class Inspection:
     def yaml(self) -> str:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         lines = [f"# coddl cluster inspect ({self.executor} executor), {when}, {self.seconds:.1f} s.",
-                 "# Median gloo all-reduce seconds per message size, and the ring-priced fit of the links:"]
+                 "# Fastest gloo all-reduce seconds per message size, and the ring-priced fit of the links:"]
         for g in self.groups:
             times = ", ".join(f"{b} B {s:.3g} s" for b, s in g["seconds"].items())
             lines.append(f"#   {g['kind']} {'/'.join(g['nodes'])}: {times}")

@@ -175,8 +175,9 @@ class Wiring:
                 if r.returncode != 0:
                     raise TestbedError(NO_NETEM if "unknown" in r.stderr else f"tc netem: {r.stderr.strip()}")
             if limit.rate_bps is not None:
-                # 4 ms at the rate (at least 32 kB): a shaper timer firing late on a loaded host loses no capacity
-                burst = max(32_000, int(limit.rate_bps / 8 * 0.004))
+                # A small bucket (1 ms at the rate, at least 16 kB): a real link has no credit to spend, and a big
+                # bucket refilled while a link idles would let every short transfer start faster than the rate.
+                burst = max(16_000, int(limit.rate_bps / 8 * 0.001))
                 parent = ("parent", "1:1", "handle", "10:") if limit.delay_s > 0 else ("root", "handle", "1:")
                 _run("tc", "-n", ns, "qdisc", "add", "dev", "eth0", *parent, "tbf", "rate", f"{limit.rate_bps:.0f}bit",
                      "burst", str(burst), "latency", "200ms")
