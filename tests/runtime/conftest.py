@@ -66,9 +66,9 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return backend_url(request, request.param, tmp_path)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def testbed():
-    """Two Ray nodes in network namespaces behind a 200 Mbit/s link, torn down (and checked) at the end."""
+    """Two Ray nodes in network namespaces behind a 200 Mbit/s link, torn down (and checked) after the module."""
     from testbed_live import testbed_fixture
 
     yield from testbed_fixture(f"cdtb{os.getpid()}")

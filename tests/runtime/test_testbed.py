@@ -1,24 +1,27 @@
 """The multi-node testbed: namespaces wired to a bridge with ``tc`` on each node's link, measured to be
 really limited; ``coddl testbed up/down`` starting and removing a two-node Ray cluster; a real training
-job across both nodes whose all-reduce crosses the limited link."""
+job across both nodes whose all-reduce crosses the limited link; ``coddl cluster inspect`` recovering
+the link's rate."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 from runtime_live import EXAMPLES, Server
 from testbed_live import BANDWIDTH_MBIT, coddl, leftovers, skip_reason
 
+from coddl.core.clusterspec import load_cluster
 from coddl.runtime.testbed.cluster import TestbedSpec
 from coddl.runtime.testbed.netns import (NO_NETEM, LinkLimit, TestbedError, Wiring, inside, namespace_pids,
                                        netem_available, parse_delay, parse_rate, tear_down)
 from coddl.runtime.testbed.probe import measure
 
-STEPS = 20
+STEPS = 12
 
 
 def link_bytes(ns: str) -> tuple[int, int]:
@@ -104,7 +107,7 @@ def test_a_testbed_that_fails_to_come_up_says_why_in_one_line_and_leaves_nothing
 def test_two_ray_nodes_come_up_in_their_namespaces(testbed):
     script = "import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR'); " \
              "print(sorted((n['NodeManagerAddress'], n['Resources'].get('GPU')) for n in ray.nodes() if n['Alive']))"
-    r = subprocess.run(["ip", "netns", "exec", testbed.node_ns(1), os.sys.executable, "-c", script,
+    r = subprocess.run(["ip", "netns", "exec", testbed.node_ns(1), sys.executable, "-c", script,
                         testbed.ray_address], capture_output=True, text=True, timeout=120,
                        env={**os.environ, **testbed.node_env()})
     assert r.stdout.strip() == "[('10.231.0.1', 2.0), ('10.231.0.2', 2.0)]", r.stderr[-2000:]
@@ -138,3 +141,23 @@ def test_a_training_job_spans_both_nodes_over_the_limited_link(testbed, tmp_path
             assert "tbf" in testbed.wiring.shaping(1)
         finally:
             srv.cleanup()
+
+
+@pytest.mark.slow
+def test_inspection_on_the_testbed_recovers_the_tc_limit(testbed, tmp_path):
+    """200 Mbit/s is 0.025 GB/s; the fit must land within 20% (tc meters frames, gloo moves payload)."""
+    out = tmp_path / "inspected.yaml"
+    r = subprocess.run(["ip", "netns", "exec", testbed.node_ns(0), sys.executable, "-m", "coddl.cli", "cluster",
+                        "inspect", "--executor", "ray", "--ray-address", testbed.ray_address, "--out", str(out)], capture_output=True, text=True, timeout=240,
+                       env={**os.environ, **testbed.node_env(), "COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    cluster = load_cluster(out)
+    rate_gbps = BANDWIDTH_MBIT / 8 / 1000
+    assert 0.8 * rate_gbps <= cluster.links.inter_node_gbps <= 1.2 * rate_gbps, cluster.links
+    assert cluster.links.intra_node_gbps >= 4 * cluster.links.inter_node_gbps  # loopback inside a node
+    assert [(n.gpus, n.gpu_type) for n in cluster.nodes] == [(2, "cpu"), (2, "cpu")]
+    assert all(n.cpus >= 1 and n.memory_gb > 0 for n in cluster.nodes)
+    assert "inter 10.231.0.1/" in out.read_text()  # the raw times are kept as comments
+    shown = subprocess.run([sys.executable, "-m", "coddl.cli", "cluster", "show", str(out)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert shown.returncode == 0 and f"inter-node {cluster.links.inter_node_gbps:g} GB/s" in " ".join(shown.stdout.split())
