@@ -54,6 +54,36 @@ def test_the_terms_are_linear_in_inverse_bandwidths_and_latencies():
     assert np.allclose(plain.terms(M, k, n, g) @ plain.weights, plain.allreduce_seconds(M, k, n, g))
 
 
+def test_a_tree_inside_one_node_never_touches_the_nic_and_buckets_count_latency_steps():
+    for alg in ("tree", "hierarchical", "ring"):
+        t = Fabric(10.0, 1.0, 5.0, 20.0, alg).terms(M, 4, 1, 4)[0]
+        assert t.tolist() == pytest.approx([2 * 3 / 4 * M, 0.0, 2 * 3 * 4, 0.0])
+    # 25 MB buckets: one byte over a bucket is a second bucket, i.e. twice the latency steps
+    one, two = Fabric(10.0, 1.0, 5.0, 20.0, "ring").terms(np.array([25e6, 25e6 + 1]), 4, 1, 4)[:, 2]
+    assert (one, two) == (6.0, 12.0)
+
+
+@pytest.mark.parametrize("alg", ["ring", "tree", "auto"])
+def test_workers_on_half_a_device_double_the_intra_node_terms_only(alg):
+    fab = Fabric(10.0, 1.0, 5.0, 20.0, alg)
+    k, n, g = np.array([4, 8]), np.array([1, 2]), np.array([4, 4])
+    full, half = fab.terms(M, k, n, g), fab.terms(M, k, n, g, 0.5)
+    assert half[:, [0, 2]] == pytest.approx(2 * full[:, [0, 2]])
+    assert half[:, [1, 3]] == pytest.approx(full[:, [1, 3]])
+
+
+def test_a_fabric_round_trips_through_the_cluster_spec_s_links_and_names_bad_fields():
+    f = Fabric(12.0, 1.5, 3.0, 40.0, "tree", two_node_factor=1.4)
+    back = Fabric.of(f.links(), "tree")
+    assert (back.intra_gbps, back.inter_gbps, back.intra_latency_us, back.inter_latency_us, back.two_node_factor,
+            back.bucket_mb) == (12.0, 1.5, 3.0, 40.0, 1.4, 25.0)
+    assert Fabric.of(f.links(), "ring", bucket_mb=50.0).bucket_mb == 50.0
+    with pytest.raises(ValueError, match="unknown all-reduce algorithm 'nccl'"):
+        Fabric(1.0, 1.0, algorithm="nccl")
+    with pytest.raises(ValueError, match="inter_gbps must be a positive number"):
+        Fabric(1.0, 0.0)
+
+
 # ---- the job: compute, communication, overlap by hand ----
 
 def job(f: float = 0.2, eta: float = 1.0, rho: float = 0.0, t_ref: float = 1.0, b_ref: float = 32.0,
