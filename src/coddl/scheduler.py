@@ -21,6 +21,9 @@ from coddl.placement.placer import ConsolidatingPlacer, Request
 from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSample
 
 
+_NONE = np.zeros(0, dtype=np.int64)
+
+
 class InfeasibleShares(RuntimeError):
     """A policy returned shares that break capacity or a job's bounds: a bug in that policy."""
 
@@ -53,6 +56,8 @@ class Scheduler:
         self._n_finished = 0
         self._uid = 0
         self._ever_ran: set[JobId] = set()
+        self._gpus_used = 0  # GPUs and CPU cores held by jobs, kept up to date by step/complete
+        self._cores_used = 0
         self.dirty = False
         self.steps = 0
 
@@ -83,17 +88,20 @@ class Scheduler:
         t.advance(r, now)
         if status is JobStatus.FINISHED:
             t.work0[r] = t.total_work[r]
-        self.placer.release(self.allocation.gpus.pop(job_id, ()), self.allocation.cores.pop(job_id, ()))
+        held = int(t.share[r])
+        if held:
+            self.placer.release(self.allocation.gpus.pop(job_id, ()), self.allocation.cores.pop(job_id, ()))
+            self._gpus_used -= held
+            self._cores_used -= int(t.cpus[r])
         self._ever_ran.discard(job_id)
         self.samples.pop(job_id, None)
-        spec, final = t.remove(job_id)
-        rec = JobRecord(spec=spec, status=status.value, finish=now, first_start=final["first_start"],
-                        attained_service=final["service0"], resizes=int(final["resizes"]))
+        spec, first_start, service, resizes, _ = t.remove(job_id)
+        rec = JobRecord(spec, status.value, now, first_start, service, resizes)
         self.records.append(rec)
         if status is JobStatus.FINISHED:
             if self._n_finished == self._finished_service.size:
                 self._finished_service = np.resize(self._finished_service, 2 * self._n_finished)
-            self._finished_service[self._n_finished] = rec.attained_service
+            self._finished_service[self._n_finished] = service
             self._n_finished += 1
         self.dirty = True
         return rec
@@ -153,55 +161,67 @@ class Scheduler:
         t = self.table
         n = t.n
         if n == 0:
-            return StepResult(Plan(), np.zeros(0, dtype=np.int64))
+            return StepResult(Plan(), _NONE)
         ctx = self.context(now)
         out = self.policy.allocate(ctx)
-        shares = out if isinstance(out, Shares) else Shares(np.asarray(out, dtype=np.int64))
-        shares.gpus = np.asarray(shares.gpus, dtype=np.int64)
+        if isinstance(out, Shares):
+            gpus, new_type, cpus = np.asarray(out.gpus, dtype=np.int64), out.gpu_type, out.cpus
+        else:
+            gpus, new_type, cpus = np.asarray(out, dtype=np.int64), None, None
         if self.validate:
-            self._check(ctx, shares)
-        new_type = shares.gpu_type if shares.gpu_type is not None else t.gpu_type[:n]
-        moved = (shares.gpus != t.share[:n]) | ((shares.gpus > 0) & (new_type != t.gpu_type[:n]))
-        if shares.cpus is not None:
-            shares.cpus = np.asarray(shares.cpus, dtype=np.int64)
-            moved |= (shares.gpus > 0) & (shares.cpus != t.cpus[:n])
-        changed = np.flatnonzero(moved)
+            self._check(ctx, Shares(gpus, new_type, cpus))
+        if new_type is None and cpus is None:  # the common case: only GPU counts can differ
+            changed = np.flatnonzero(gpus != t.share[:n])
+        else:
+            if new_type is None:
+                new_type = t.gpu_type[:n]
+            moved = (gpus != t.share[:n]) | ((gpus > 0) & (new_type != t.gpu_type[:n]))
+            if cpus is not None:
+                cpus = np.asarray(cpus, dtype=np.int64)
+                moved |= (gpus > 0) & (cpus != t.cpus[:n])
+            changed = np.flatnonzero(moved)
         if changed.size == 0:
             return StepResult(Plan(), changed)
         t.advance(changed, now)
+        rows = changed.tolist()
         ids = t.ids
-        cpus = shares.cpus
-        requests = [Request(ids[r], int(shares.gpus[r]), int(new_type[r]),
-                            None if cpus is None else int(cpus[r])) for r in changed.tolist()]
-        placed = self.placer.place(self.allocation.gpus, requests, self.allocation.cores)
+        want = gpus[changed].tolist()
+        types = t.gpu_type[changed].tolist() if new_type is None else np.asarray(new_type)[changed].tolist()
+        cores_wanted = [None] * len(rows) if cpus is None else cpus[changed].tolist()
+        requests = [Request(ids[r], k, ty, c) for r, k, ty, c in zip(rows, want, types, cores_wanted)]
+        alloc_gpus, alloc_cores = self.allocation.gpus, self.allocation.cores
+        placed = self.placer.place(alloc_gpus, requests, alloc_cores)
         actions: list[Action] = []
-        attained = t.service0  # advanced above: exact for changed rows
-        for r in changed.tolist():
+        share, cpus_col, gpu_type, rate = t.share, t.cpus, t.gpu_type, t.rate
+        for r, ty in zip(rows, types):
             jid = ids[r]
-            old = self.allocation.gpus.get(jid, ())
+            old = alloc_gpus.get(jid, ())
             p = placed[jid]
             new, k = p.gpus, len(p.gpus)
             kind = classify(old, new, jid in self._ever_ran)
-            cores_changed = p.cores != self.allocation.cores.get(jid, ())
-            t.share[r] = k
-            t.gpu_type[r] = new_type[r] if k else t.gpu_type[r]
-            t.cpus[r] = len(p.cores)
+            cores_changed = p.cores != alloc_cores.get(jid, ())
+            self._gpus_used += k - len(old)
+            self._cores_used += len(p.cores) - int(cpus_col[r])
+            share[r] = k
             if k:
-                self.allocation.gpus[jid] = new
-                self.allocation.cores[jid] = p.cores
+                gpu_type[r] = ty
+            cpus_col[r] = len(p.cores)
+            if k:
+                alloc_gpus[jid] = new
+                alloc_cores[jid] = p.cores
             else:
-                self.allocation.gpus.pop(jid, None)
-                self.allocation.cores.pop(jid, None)
-                t.rate[r] = 0.0
+                alloc_gpus.pop(jid, None)
+                alloc_cores.pop(jid, None)
+                rate[r] = 0.0
             if kind is None:
                 if not cores_changed:
                     continue
                 kind = ActionKind.RECORE
-            if kind in (ActionKind.START, ActionKind.RESUME):
+            if kind is ActionKind.START or kind is ActionKind.RESUME:
                 if kind is ActionKind.START:
                     t.first_start[r] = now
                 t.last_start[r] = now
-                t.service_at_last_start[r] = attained[r]
+                t.service_at_last_start[r] = t.service0[r]  # advanced above: exact
                 self._ever_ran.add(jid)
             elif kind is not ActionKind.SUSPEND:
                 t.resizes[r] += 1
@@ -210,11 +230,11 @@ class Scheduler:
 
     @property
     def cores_in_use(self) -> int:
-        return int(self.table.cpus[: self.table.n].sum())
+        return self._cores_used
 
     @property
     def gpus_in_use(self) -> int:
-        return self.cluster.total_gpus - int(self.placer.gpu.node_free.sum())
+        return self._gpus_used
 
     def next_wakeup(self, now: float) -> float | None:
         if self.table.n == 0:

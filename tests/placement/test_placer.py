@@ -148,3 +148,30 @@ def test_proportional_cores_are_the_gpus_core_blocks():
                         for g in pl.gpus for i in range(4))
         assert list(pl.cores) == expect
     assert not set(a.cores) & set(b.cores)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 12), min_size=1, max_size=8), min_size=1, max_size=10),
+       st.sampled_from([(16, 8), (24, 4), (12, 12), (40, 8)]))
+def test_compiled_one_type_path_places_exactly_as_the_python_path(rounds, shape):
+    """On a one-type cluster ``place`` runs compiled kernels (placement/kernels.py); the plain
+    Python path is their reference: same GPUs, same cores, same free maps after every call."""
+    total, per_node = shape
+    c = Cluster.for_gpus(total, per_node)
+    fast, plain = ConsolidatingPlacer(c), ConsolidatingPlacer(c)
+    plain.compiled = False
+    current: dict[str, tuple[int, ...]] = {}
+    for shares in rounds:
+        want = {j: 0 for j in current} | {f"j{i}": k for i, k in enumerate(shares)}
+        while sum(want.values()) > total:
+            want[max(want, key=want.get)] -= 1
+        changed = [Request(j, k) for j, k in want.items() if len(current.get(j, ())) != k]
+        got, ref = fast.place(current, changed), plain.place(current, changed)
+        assert got == ref
+        assert (fast.free == plain.free).all() and (fast.gpu.node_free == plain.gpu.node_free).all()
+        assert fast.fragmentation() == plain.fragmentation()
+        for j, pl in got.items():
+            if pl.gpus:
+                current[j] = pl.gpus
+            else:
+                current.pop(j, None)

@@ -102,3 +102,19 @@ def test_afs_p_per_contest_coin_matches_when_no_coin_is_needed_and_is_fair_other
             flipped += 1
             assert sum(got) == sum(reference)
     assert flipped >= 20
+
+
+def test_afs_l_minimums_first_shortcut_matches_naive() -> None:
+    """With curves that never more than double per GPU, AFS-L hands out minimums by T(min) before
+    running the tournament; the decisions must be the naive ones (cases where the shortcut applies)."""
+    from coddl.policies.afs_l import _at_most_doubling
+
+    used = 0
+    for seed in range(400):
+        pol = make_policy("afs-l")
+        ctx = random_context(seed, pol, jobs=(2, 20), gpus=(2, 40))
+        if not _at_most_doubling(ctx.curves):
+            continue
+        used += 1
+        assert pol.allocate(ctx).tolist() == naive_afs_l(ctx), f"seed {seed}"
+    assert used >= 40

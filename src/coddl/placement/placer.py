@@ -29,6 +29,7 @@ Single-type clusters never take these branches.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,6 +38,7 @@ import numpy as np
 from coddl.core.allocation import Gpus
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
+from coddl.placement import kernels
 
 Cores = tuple[int, ...]
 # (job, GPUs per node, GPU type of each of those nodes) → estimated iterations/s; higher is better
@@ -81,9 +83,7 @@ class _Pool:
 
     def release(self, idx: tuple[int, ...]) -> None:
         if idx:
-            a = np.asarray(idx, dtype=np.int64)
-            self.free[a] = True
-            np.add.at(self.node_free, self.node_of[a], 1)
+            kernels.release(np.asarray(idx, dtype=np.int64), self.free, self.node_free, self.node_of)
 
     def take(self, node: int, count: int) -> list[int]:
         lo = int(self.first[node])
@@ -108,6 +108,10 @@ class ConsolidatingPlacer:
         self._explicit_cores = False  # False: every job holds its GPUs' proportional core blocks
         self._lists = (cluster.node_of_gpu.tolist(), cluster.node_first_gpu.tolist(),
                        cluster.node_first_core.tolist(), cluster.cores_per_gpu.tolist())
+        # False: one-type clusters take the plain Python path too (the compiled path's reference)
+        self.compiled = True
+        # each GPU's proportional block of cores (see _block_cores), made once
+        self._gpu_cores = [self._block_cores((g,)) for g in range(cluster.total_gpus)]
 
     # views used by the scheduler, the engine's invariant checks and tests
     @property
@@ -277,6 +281,8 @@ class ConsolidatingPlacer:
         """New GPUs and cores for each requested job (only those); ``current``/``current_cores``
         give what they hold now. Jobs whose type changes are moved whole."""
         cur_cores = current_cores or {}
+        if self.compiled and not self._mixed_cluster and not self._explicit_cores and all(r.cpus is None for r in requests):
+            return self._place_one_type(current, requests)
         if not self._explicit_cores and any(r.cpus is not None for r in requests):
             self._explicit_cores = True  # from now on cores are handed out from the pool
             for held in cur_cores.values():
@@ -327,12 +333,31 @@ class ConsolidatingPlacer:
                     cores[j] += self.core.take(node, want - int(have[node]))
         return {j: Placed(gpus[j], tuple(sorted(cores[j]))) for j in gpus}
 
+    def _place_one_type(self, current: dict[JobId, Gpus], requests: list[Request]) -> dict[JobId, Placed]:
+        """``place`` on a one-type cluster with GPU-proportional cores: the same rules, compiled
+        (``placement/kernels.py``); shrinks first, then grows, typed requests and big ones first."""
+        pool = self.gpu
+        held = [current.get(r.job_id, ()) for r in requests]
+        old_at = np.zeros(len(requests) + 1, dtype=np.int64)
+        np.cumsum([len(h) for h in held], out=old_at[1:])
+        old = np.fromiter(itertools.chain.from_iterable(held), dtype=np.int64, count=int(old_at[-1]))
+        want = np.fromiter((r.gpus for r in requests), dtype=np.int64, count=len(requests))
+        grows = sorted((i for i, r in enumerate(requests) if r.gpus > len(held[i])),
+                       key=lambda i: (requests[i].gpu_type < 0, -requests[i].gpus))
+        new, new_at = kernels.place(old, old_at, want, np.array(grows, dtype=np.int64), pool.free, pool.node_free,
+                                    pool.node_of, pool.first, pool.size, self._nodes)
+        if new_at.size == 0:
+            raise PlacementError("no free GPU left for the GPUs asked for")
+        flat = new.tolist()
+        at = new_at.tolist()
+        cores = self._gpu_cores
+        out: dict[JobId, Placed] = {}
+        for i, r in enumerate(requests):
+            gpus = tuple(flat[at[i]:at[i + 1]])
+            out[r.job_id] = Placed(gpus, tuple(itertools.chain.from_iterable(cores[g] for g in gpus)))
+        return out
+
     def fragmentation(self) -> float:
         """Share of free GPUs that sit on partially used nodes (0 = every free GPU is on an empty
         node; 1 = free capacity is scattered)."""
-        nf = self.gpu.node_free
-        free = int(nf.sum())
-        if free == 0:
-            return 0.0
-        partial = (nf > 0) & (nf < self.gpu.size)
-        return float(nf[partial].sum()) / free
+        return kernels.fragmentation(self.gpu.node_free, self.gpu.size)

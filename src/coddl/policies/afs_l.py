@@ -50,12 +50,33 @@ class AfsL(Policy):
         lo, hi = j.min_gpus, j.max_gpus
         t_min = ctx.remaining_time(lo)
         if self.params.order == "shortest-first":
+            by_t_min = np.lexsort((j.uid, t_min))
             tie = np.empty(n, dtype=np.int64)
-            tie[np.lexsort((j.uid, t_min))] = np.arange(n)
-            return tournament(ctx, np.zeros(n, dtype=np.int64), lo, hi, ctx.capacity, tie, work=j.remaining)
+            tie[by_t_min] = np.arange(n)
+            if not _at_most_doubling(ctx.curves):
+                return tournament(ctx, np.zeros(n, dtype=np.int64), lo, hi, ctx.capacity, tie, work=j.remaining)
+            # No GPU more than doubles a job's rate (gain ≤ 1 at every s ≥ 1), so a job at 0 GPUs
+            # (loss 1) takes every contest against a running one and loses every one against
+            # another job at 0: the first rounds hand out minimums in T(min) order, exactly.
+            first = greedy_fit(by_t_min, lo, ctx.capacity)
+            start = np.where(first, lo, 0)
+            return tournament(ctx, start, lo, np.where(first, hi, 0), ctx.capacity - int(start.sum()), tie,
+                              work=j.remaining)
         first = greedy_fit(lexorder(t_min, j.uid), lo, ctx.capacity)
         start = np.where(first, lo, 0)
         tie = np.empty(n, dtype=np.int64)
         tie[np.argsort(j.uid, kind="stable")] = np.arange(n)
         return tournament(ctx, start, lo, np.where(first, hi, 0), ctx.capacity - int(start.sum()), tie,
                           work=j.remaining, fixed=np.zeros(n), rule="shorter")
+
+
+_DOUBLING: dict[int, tuple[np.ndarray, bool]] = {}
+
+
+def _at_most_doubling(curves: np.ndarray) -> bool:
+    """P(s+1) ≤ 2·P(s) for every model and s ≥ 1 (cached per curve table)."""
+    hit = _DOUBLING.get(id(curves))
+    if hit is None or hit[0] is not curves:
+        ok = bool(np.all(curves[:, 2:] <= 2.0 * curves[:, 1:-1]))
+        hit = _DOUBLING[id(curves)] = (curves, ok)
+    return hit[1]

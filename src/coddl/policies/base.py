@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
+import numba
 import numpy as np
 
 from coddl.core.job import JobId, JobSpec
-from coddl.core.table import JobTable
+from coddl.core.table import FLOAT_COLS, INT_COLS, JobTable
 
 
 class JobsView:
@@ -26,24 +27,42 @@ class JobsView:
     ``first_start``/``last_start`` NaN when never scheduled, ``service_since_start`` the GPU-seconds
     received since the job was last (re)scheduled, ``max_gpus`` the elastic maximum (already capped
     by the model's maximum useful GPUs) and ``speed`` a per-job correction of the model curve.
-    Columns that need arithmetic (remaining work, attained service) are computed on first use, so
-    a policy pays only for what it reads.
+    Every column is made on first use — a plain column is a view of the table, one that needs
+    arithmetic (remaining work, attained service) is computed then — so a policy pays only for
+    what it reads.
     """
 
     _PLAIN = ("uid", "arrival", "requested", "min_gpus", "max_gpus", "model", "total_work", "share",
               "first_start", "last_start", "speed", "gpu_type", "cpus", "min_cpus", "max_cpus")
+    _WHERE = {c: ("F", FLOAT_COLS.index(c)) if c in FLOAT_COLS else ("I", INT_COLS.index(c)) for c in _PLAIN}
 
     def __init__(self, table: JobTable, now: float) -> None:
-        n = table.n
         self._table = table
         self._now = now
+        self._n = table.n
         self.ids: list[JobId] = table.ids
         self.specs: list[JobSpec] = table.specs  # who submitted each job (a queue layer's membership)
-        for name in self._PLAIN:
-            setattr(self, name, getattr(table, name)[:n])
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self._n
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        where = JobsView._WHERE.get(name)
+        if where is None:
+            raise AttributeError(name)
+        col = getattr(self._table, where[0])[where[1], : self._n]
+        setattr(self, name, col)  # later reads find it directly
+        return col
+
+    @cached_property
+    def by_submission(self) -> np.ndarray:
+        """Row indices in submission (uid) order; with ``arrivals_in_order`` that is (arrival,
+        submission) order, so FIFO-like policies need not sort."""
+        return self._table.order[: self._n]
+
+    @property
+    def arrivals_in_order(self) -> bool:
+        return self._table.arrivals_in_order
 
     @cached_property
     def remaining(self) -> np.ndarray:
@@ -55,16 +74,17 @@ class JobsView:
 
     @cached_property
     def service_since_start(self) -> np.ndarray:
-        return self.attained - self._table.service_at_last_start[: len(self.ids)]
+        return self.attained - self._table.service_at_last_start[: self._n]
 
     @cached_property
     def cpu_attained(self) -> np.ndarray:
         return self._table.cpu_service(self._now)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Context:
-    """Everything a policy may look at. ``curves[m, k]`` is iterations/s of model m on k GPUs (on
+    """Everything a policy may look at (read-only by contract; not frozen, so that building one
+    at every event costs little). ``curves[m, k]`` is iterations/s of model m on k GPUs (on
     the cluster's reference GPU type, consolidated placement); ``type_speed[t, m]`` scales it for
     GPU type t. ``capacity`` is the total GPUs, ``capacity_by_type`` per type index."""
 
@@ -152,25 +172,45 @@ def greedy_fit(order: np.ndarray, demand: np.ndarray, free: int, backfill: bool 
 
     With ``backfill`` a row that does not fit is skipped and later, smaller rows may still run
     (the CoDDL simulator's rigid baselines); without it the walk stops at the first misfit.
-    Vectorised: each round admits the longest prefix that fits, so the loop runs once per skip.
-    Returns a boolean mask over rows (indexed like ``demand``).
+    Returns a boolean mask over rows (indexed like ``demand``). Compiled: the walk is a loop.
     """
-    admitted = np.zeros(demand.shape[0], dtype=bool)
-    queue = np.asarray(order)
-    while free > 0 and queue.size:
-        if backfill:
-            queue = queue[demand[queue] <= free]
-            if not queue.size:
-                break
-        cum = np.cumsum(demand[queue])
-        fit = int(np.searchsorted(cum, free, side="right"))
-        admitted[queue[:fit]] = True
-        if fit:
-            free -= int(cum[fit - 1])
-        if not backfill or fit == queue.size:
+    return _greedy_fit(np.asarray(order, dtype=np.int64), np.asarray(demand, dtype=np.int64), int(free), bool(backfill))
+
+
+@numba.njit(cache=True)
+def _greedy_fit(order: np.ndarray, demand: np.ndarray, free: int, backfill: bool) -> np.ndarray:
+    admitted = np.zeros(demand.shape[0], dtype=np.bool_)
+    for r in order:
+        if free <= 0:
             break
-        queue = queue[fit + 1 :]
+        d = demand[r]
+        if d <= free:
+            admitted[r] = True
+            free -= d
+        elif not backfill:
+            break
     return admitted
+
+
+def arrival_order(jobs: JobsView, rows: np.ndarray | None = None) -> np.ndarray:
+    """``rows`` (default: all) in (arrival, submission) order, without a sort when jobs were
+    submitted in arrival order (``JobsView.arrivals_in_order``)."""
+    if jobs.arrivals_in_order:
+        order = jobs.by_submission
+        if rows is None:
+            return order
+        keep = np.zeros(len(jobs), dtype=np.bool_)
+        keep[rows] = True
+        return order[keep[order]]
+    rows = np.arange(len(jobs)) if rows is None else np.asarray(rows)
+    return rows[lexorder(jobs.arrival[rows], jobs.uid[rows])]
+
+
+def keyed_order(jobs: JobsView, key: np.ndarray) -> np.ndarray:
+    """All rows sorted by ``key`` (NaN last), ties in (arrival, submission) order — what
+    ``lexorder(key, arrival, uid)`` gives, with one stable sort instead of three keys."""
+    base = arrival_order(jobs)
+    return base[np.argsort(key[base], kind="stable")]
 
 
 def lexorder(*keys: np.ndarray) -> np.ndarray:

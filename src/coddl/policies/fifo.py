@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, arrival_order
 from coddl.policies.registry import register
 
 
@@ -21,15 +22,29 @@ class Fifo(Policy):
         backfill: bool = True  # skip a job that does not fit and let smaller later jobs run
 
     def allocate(self, ctx: Context) -> np.ndarray:
-        j = ctx.jobs
         # The order is (first scheduled, arrival): jobs that ever ran come first and, as FIFO never
-        # preempts, they are exactly the running ones and keep their GPUs. Only the queue is sorted,
-        # and not even that when the cluster is full (most events under a backlog).
-        running = j.share > 0
-        free = ctx.capacity - int(j.requested[running].sum())
-        queued = np.flatnonzero(~running)
-        if free <= 0 or queued.size == 0:
-            return np.where(running, j.requested, 0)
-        order = queued[lexorder(j.arrival[queued], j.uid[queued])]  # same second: submission order
-        admitted = greedy_fit(order, j.requested, free, self.params.backfill)
-        return np.where(running | admitted, j.requested, 0)
+        # preempts, they are exactly the running ones and keep their GPUs; the queue follows in
+        # (arrival, submission) order, which the job table keeps without sorting.
+        j = ctx.jobs
+        return _fifo(arrival_order(j), j.share, j.requested, ctx.capacity, self.params.backfill)
+
+
+@numba.njit(cache=True)
+def _fifo(order: np.ndarray, share: np.ndarray, requested: np.ndarray, capacity: int, backfill: bool) -> np.ndarray:
+    out = np.zeros(share.size, dtype=np.int64)
+    free = capacity
+    for r in range(share.size):
+        if share[r] > 0:
+            out[r] = requested[r]
+            free -= requested[r]
+    for r in order:
+        if free <= 0:
+            break
+        if share[r] > 0:
+            continue
+        if requested[r] <= free:
+            out[r] = requested[r]
+            free -= requested[r]
+        elif not backfill:
+            break
+    return out

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from coddl.perf.curves import data_path
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
 from coddl.policies.registry import PolicySpecError, register
 
 
@@ -82,7 +82,7 @@ class TiresiasG(Policy):
         j = ctx.jobs
         dist = self._distribution(ctx.finished_service)
         index = dist.index(j.attained) if dist is not None else np.zeros(len(j))
-        order = lexorder(-index, j.arrival, j.uid)
+        order = keyed_order(j, -index)
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         waiting = not admitted.all()
         self._wake = ctx.now + self.params.replan_s if waiting and self.params.replan_s else None

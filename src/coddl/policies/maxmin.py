@@ -4,43 +4,61 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, keyed_order
 from coddl.policies.registry import register
 
 
 def water_fill(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, capacity: int) -> np.ndarray:
     """Round-robin dealing in ``order``: admit jobs at their minimum ``lo`` while it fits, then raise
     every admitted job one GPU per round up to ``hi``. Closed form: the level L with
-    Σ min(hi, max(lo, L)) ≤ capacity, then leftovers one each in order."""
-    n = lo.shape[0]
-    give = np.zeros(n, dtype=np.int64)
-    admitted = greedy_fit(order, lo, capacity, backfill=True)
-    if not admitted.any():
+    Σ min(hi, max(lo, L)) ≤ capacity, then leftovers one each in order (only to jobs at the water
+    level: one held above it by its minimum is already ahead). Compiled: a few passes over the jobs."""
+    return _water_fill(np.asarray(order, dtype=np.int64), np.asarray(lo, dtype=np.int64),
+                       np.asarray(hi, dtype=np.int64), int(capacity))
+
+
+@numba.njit(cache=True)
+def _water_fill(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, capacity: int) -> np.ndarray:
+    give = np.zeros(lo.shape[0], dtype=np.int64)
+    rows = np.empty(order.size, dtype=np.int64)
+    k = 0
+    free = capacity
+    for r in order:  # admission at the minimum, with backfilling
+        if free <= 0:
+            break
+        if lo[r] <= free:
+            rows[k] = r
+            k += 1
+            free -= lo[r]
+    if k == 0:
         return give
-    rows = order[admitted[order]]
-    lo_a, hi_a = lo[rows], hi[rows]
-
-    def used(level: int) -> int:
-        return int(np.minimum(hi_a, np.maximum(lo_a, level)).sum())
-
-    lvl_lo, lvl_hi = 0, int(hi_a.max())
-    while lvl_lo < lvl_hi:  # largest level whose fill fits
+    rows = rows[:k]
+    top = 0
+    for r in rows:
+        top = max(top, hi[r])
+    lvl_lo, lvl_hi = 0, top
+    while lvl_lo < lvl_hi:  # the largest level whose fill fits
         mid = (lvl_lo + lvl_hi + 1) // 2
-        if used(mid) <= capacity:
+        used = 0
+        for r in rows:
+            used += min(hi[r], max(lo[r], mid))
+        if used <= capacity:
             lvl_lo = mid
         else:
             lvl_hi = mid - 1
-    level = lvl_lo
-    alloc = np.minimum(hi_a, np.maximum(lo_a, level))
-    left = capacity - int(alloc.sum())
-    if left > 0:
-        # the next round, in order, until GPUs run out: only jobs at the water level (one held above
-        # it by its minimum is already ahead)
-        grow = np.flatnonzero((alloc < hi_a) & (alloc == level))[:left]
-        alloc[grow] += 1
-    give[rows] = alloc
+    left = capacity
+    for r in rows:
+        give[r] = min(hi[r], max(lo[r], lvl_lo))
+        left -= give[r]
+    for r in rows:
+        if left <= 0:
+            break
+        if give[r] < hi[r] and give[r] == lvl_lo:
+            give[r] += 1
+            left -= 1
     return give
 
 
@@ -56,5 +74,5 @@ class MaxMin(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        order = lexorder(j.first_start, j.arrival, j.uid)
+        order = keyed_order(j, j.first_start)
         return water_fill(order, j.min_gpus, j.max_gpus, ctx.capacity)

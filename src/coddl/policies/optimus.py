@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
 from coddl.policies.marginal import greedy_ladder
 from coddl.policies.registry import PolicySpecError, register
 
@@ -42,7 +42,7 @@ class Optimus(Policy):
         j = ctx.jobs
         n = len(j)
         lo, hi = j.min_gpus, j.max_gpus
-        order = lexorder(j.first_start, j.arrival, j.uid)
+        order = keyed_order(j, j.first_start)
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n)
         first = np.clip(j.requested, lo, np.maximum(hi, lo)) if self.params.start == "request" else lo

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
 from coddl.policies.registry import register
 
 
@@ -28,6 +28,6 @@ class Srsf(Policy):
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
         service = j.requested * ctx.remaining_time(j.requested)
-        order = lexorder(service, j.arrival, j.uid)
+        order = keyed_order(j, service)
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         return np.where(admitted, j.requested, 0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
 from coddl.policies.registry import register
 
 
@@ -22,6 +22,6 @@ class Srtf(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        order = lexorder(ctx.remaining_time(j.requested), j.arrival, j.uid)
+        order = keyed_order(j, ctx.remaining_time(j.requested))
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         return np.where(admitted, j.requested, 0)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
 from coddl.policies.marginal import greedy_ladder
 from coddl.policies.registry import register
 
@@ -46,7 +46,7 @@ class Themis(Policy):
         ideal = j.total_work / p_fair
         spent = (ctx.now - j.arrival) if self.params.elapsed else np.zeros(n)
         at_min = (spent + ctx.remaining_time(lo)) / ideal
-        order = lexorder(-at_min, j.arrival, j.uid)
+        order = keyed_order(j, -at_min)
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n)
         first = greedy_fit(order, lo, ctx.capacity)  # ρ = ∞ at 0 GPUs: first GPUs in rank order

@@ -80,7 +80,7 @@ def tournament(ctx: Context, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
     return s
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(error_model="numpy", inline="always")  # inlined: a cached caller holds no call into it
 def _token(j: int, level: int, lo: np.ndarray, curves: np.ndarray, model: np.ndarray, speed: np.ndarray,
            keys: np.ndarray, work: np.ndarray, by_time: bool) -> tuple[float, float, float, float]:
     """Key, gain, loss and remaining time T_j(level) of row j's token at ``level``, float for
@@ -95,18 +95,21 @@ def _token(j: int, level: int, lo: np.ndarray, curves: np.ndarray, model: np.nda
     return key, (p1 - p0) / p0, (p1 - p0) / p1, t
 
 
-@numba.njit(cache=True, error_model="numpy")
-def _takes(rule: int, i: int, w: int, gain: np.ndarray, loss: np.ndarray, tval: np.ndarray) -> bool:
-    """Does the candidate at position i take the GPU from the incumbent at position w?"""
-    if rule == 1:  # §2 literally: the shorter one is l
-        if tval[i] < tval[w]:
-            return gain[i] > loss[w]
-        return loss[i] >= gain[w]
-    if loss[i] >= gain[w]:  # i dominates w
-        return True
-    if rule == 2 and loss[w] < gain[i]:  # neither dominates: a fresh fair coin
-        return np.random.random() < 0.5
-    return False
+_BLOCK = 16  # positions per block of the scan's skip summary
+
+
+@numba.njit(error_model="numpy", inline="always")
+def _summarise(b: int, m: int, gain: np.ndarray, loss: np.ndarray, fits: np.ndarray, bloss: np.ndarray,
+               bgain: np.ndarray) -> None:
+    """Block b's largest loss and gain over its fitting tokens (−∞: none fits)."""
+    hl = -np.inf
+    hg = -np.inf
+    for i in range(b * _BLOCK, min(m, (b + 1) * _BLOCK)):
+        if fits[i]:
+            hl = max(hl, loss[i])
+            hg = max(hg, gain[i])
+    bloss[b] = hl
+    bgain[b] = hg
 
 
 @numba.njit(cache=True, error_model="numpy")
@@ -115,15 +118,21 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
             rule: int, seed: int) -> int:
     """The rounds, in place on ``s``; returns the GPUs left.
 
-    Position i of the visiting order holds row ``row[i]``'s token: key, tie, gain, loss and T,
-    the loss set to −∞ once the row's next step no longer fits (it is then never a candidate
+    Position i of the visiting order holds row ``row[i]``'s token: key, tie, gain, loss and T;
+    ``fits[i]`` turns False once the row's next step no longer fits (it is then never a candidate
     again: the budget only falls). Rows at their maximum leave the order.
 
     A round's scan is resumed, not restarted: only the winner's token changes between rounds, so
     the scan up to the first position that changed is the same as last round's, and so is the part
-    of the chain (the successive incumbents) found there. The winner's token moves a few places
-    at most, so a round looks at the positions after it, not at all of them. (Not with the coin
-    rule: there every round flips fresh coins from the first position.)
+    of the chain (the successive incumbents) found there. (Not with the coin rule: there every
+    round flips fresh coins from the first position.)
+
+    And a scan skips whole blocks of positions that cannot change the incumbent: each block keeps
+    an upper bound of its largest loss and gain (raised as tokens move in, never lowered within
+    a decision), and when no loss in it reaches the incumbent's gain (nobody
+    dominates it) — and, for the rules that look further, no gain in it exceeds the incumbent's
+    loss (nobody is the shorter job that gains more, nobody gets a coin flip) — no position in it
+    would have taken the GPU. The decisions, and the coin flips drawn, are those of the plain scan.
     """
     if rule == 2:
         np.random.seed(seed)
@@ -149,6 +158,10 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
         fits[i] = True
         if s[j] == 0:
             zstep = max(zstep, lo[j])
+    nb = (m + _BLOCK - 1) // _BLOCK
+    bloss, bgain = np.empty(nb), np.empty(nb)
+    for b in range(nb):
+        _summarise(b, m, gain, loss, fits, bloss, bgain)
     chain = np.empty(m + 1, dtype=np.int64)  # positions of the incumbents, in scan order
     c = 0
     x = 0  # the first position whose token changed since the last scan
@@ -160,8 +173,8 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
                 if fits[i] and s[j] == 0:
                     if lo[j] > budget:
                         fits[i] = False
-                        loss[i] = -np.inf
                         x = min(x, i)
+                        _summarise(i // _BLOCK, m, gain, loss, fits, bloss, bgain)
                     else:
                         zstep = max(zstep, lo[j])
         if rule == 2:
@@ -169,11 +182,39 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
         while c > 0 and chain[c - 1] >= x:
             c -= 1
         w = chain[c - 1] if c > 0 else -1
-        for i in range(x, m):
-            if fits[i] and (w < 0 or _takes(rule, i, w, gain, loss, tval)):
-                w = i
-                chain[c] = i
-                c += 1
+        gw = gain[w] if w >= 0 else 0.0
+        lw = loss[w] if w >= 0 else 0.0
+        tw = tval[w] if w >= 0 else 0.0
+        i = x
+        while i < m:
+            if i % _BLOCK == 0:
+                b = i // _BLOCK
+                if w < 0:
+                    skip = bloss[b] == -np.inf
+                elif rule == 0:
+                    skip = bloss[b] < gw
+                else:
+                    skip = bloss[b] < gw and bgain[b] <= lw
+                if skip:
+                    i += _BLOCK
+                    continue
+            if fits[i]:
+                if w < 0:
+                    takes = True
+                elif rule == 1:  # §2 literally: the shorter of the two is l
+                    takes = gain[i] > lw if tval[i] < tw else loss[i] >= gw
+                elif loss[i] >= gw:  # i dominates the incumbent
+                    takes = True
+                elif rule == 2 and lw < gain[i]:  # neither dominates: a fresh fair coin
+                    takes = np.random.random() < 0.5
+                else:
+                    takes = False
+                if takes:
+                    w = i
+                    gw, lw, tw = gain[i], loss[i], tval[i]
+                    chain[c] = i
+                    c += 1
+            i += 1
         if w < 0:
             break
         j = row[w]
@@ -185,6 +226,11 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
                 row[i], pkey[i], ptie[i] = row[i + 1], pkey[i + 1], ptie[i + 1]
                 gain[i], loss[i], fits[i], tval[i] = gain[i + 1], loss[i + 1], fits[i + 1], tval[i + 1]
             m -= 1
+            for b in range(w // _BLOCK + 1, (m + _BLOCK - 1) // _BLOCK):  # the token entering from the right
+                i = b * _BLOCK - 1
+                if fits[i]:
+                    bloss[b - 1] = max(bloss[b - 1], loss[i])
+                    bgain[b - 1] = max(bgain[b - 1], gain[i])
             x = w
             continue
         k, g, l, t = _token(j, s[j], lo, curves, model, speed, keys, work, by_time)
@@ -199,5 +245,13 @@ def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.
                 row[i + 1], pkey[i + 1], ptie[i + 1], gain[i + 1], loss[i + 1], fits[i + 1], tval[i + 1])
             i += 1
         row[i], pkey[i], ptie[i], gain[i], loss[i], fits[i], tval[i] = j, k, tj, g, l, True, t
+        # keep the summaries upper bounds: a token that crossed into a block raises its maxima
+        # (stale, larger maxima only skip less, never wrongly)
+        lo_p, hi_p = min(w, i), max(w, i)
+        for b in range(lo_p // _BLOCK, hi_p // _BLOCK + 1):
+            for q in (lo_p, hi_p, b * _BLOCK, b * _BLOCK + _BLOCK - 1):  # the ends, and each crossing
+                if lo_p <= q <= hi_p and q // _BLOCK == b and fits[q]:
+                    bloss[b] = max(bloss[b], loss[q])
+                    bgain[b] = max(bgain[b], gain[q])
         x = min(w, i)
     return budget

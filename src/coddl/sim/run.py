@@ -76,7 +76,8 @@ def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = Fal
                progress: Callable[[int], None] | None = None, queued: bool = False) -> SimResult:
     """Replay the workload through ``policy`` (over ``prep.queues`` when ``queued``)."""
     pol = QueuedPolicy(prep.queues, lambda: make_policy(policy)) if queued and prep.queues else make_policy(policy)
-    sched = Scheduler(prep.cluster, pol, prep.curves, seed=cfg.seed, type_speed=prep.type_speed)
+    sched = Scheduler(prep.cluster, pol, prep.curves, seed=cfg.seed, type_speed=prep.type_speed,
+                      validate=check)
     sched.placer.allow_mixing = cfg.allow_mixing
     est = prep.estimator
     if est is not None and len(prep.cluster.type_names) > 1:
