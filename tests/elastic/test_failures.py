@@ -14,13 +14,6 @@ pytestmark = pytest.mark.slow
 SCRIPT = str(Path(__file__).with_name("mistakes.py"))
 
 
-@pytest.fixture(scope="module")
-def pool() -> WorkerPool:
-    pool = WorkerPool()
-    pool.warm()
-    return pool
-
-
 def run(pool: WorkerPool, job_dir: Path, mistake: str, slots: list[int]):  # noqa: ANN201 - JobReport
     config = JobConfig(job_id=job_dir.name, entry=SCRIPT, job_dir=job_dir, env={"MISTAKE": mistake},
                        report_s=0.05, pg_timeout_s=20.0, checkpoint_s=0.0, start_timeout_s=60.0)

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Self, Sequence
 
 import torch
 
@@ -109,7 +109,64 @@ class _Worker:
     handle: WorkerHandle | None = None
 
 
-class ElasticJob:
+class WorkerGroup:
+    """What every job handle shares: its worker processes (``_members`` in rank order, ``_leaving`` those
+    told to go), a monitor thread, and the ways to wait for and end them. Subclasses provide the rest
+    of the executor's surface (start, resize, restart, stop, poll, ended)."""
+
+    _lock: threading.RLock
+    _changed: threading.Condition
+    _phase: JobPhase
+    _members: list
+    _leaving: list
+    _closed: bool
+    _monitor: threading.Thread
+
+    def poll(self) -> JobReport:
+        raise NotImplementedError
+
+    def _check_startable(self, slots: Sequence[int]) -> None:
+        """Refuse a start while workers of the job are still there, or onto no slot (caller holds the lock)."""
+        if self._members or self._leaving:
+            raise RuntimeError(f"job {self.config.job_id} is already running")
+        if not slots:
+            raise ValueError("start() needs at least one slot")
+
+    def wait(self, timeout: float | None = None) -> JobReport:
+        """Block until the job is finished, stopped or failed (or ``timeout`` passes); returns poll()."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while not (self._phase.settled and not self._members and not self._leaving):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._changed.wait(left)
+        return self.poll()
+
+    def worker_pids(self) -> dict[int, int]:
+        """slot → pid of the member worker on it (for operators, and for tests that kill workers)."""
+        with self._lock:
+            return {w.slot: w.handle.pid for w in self._members}
+
+    def close(self) -> None:
+        """Kill any remaining worker and stop watching."""
+        with self._lock:
+            self._closed = True
+            for w in self._members + self._leaving:
+                w.handle.kill()
+            self._changed.notify_all()
+        self._monitor.join()
+        for w in self._members + self._leaving:
+            w.handle.join(5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ElasticJob(WorkerGroup):
     """Start, resize, stop and watch one elastic job on this host. Thread-safe; use as a context
     manager (or call ``close()``) so that no worker outlives the handle."""
 
@@ -141,10 +198,7 @@ class ElasticJob:
         seconds until they train as one group."""
         t0 = time.perf_counter()
         with self._lock:
-            if self._members or self._leaving:
-                raise RuntimeError(f"job {self.config.job_id} is already running")
-            if not slots:
-                raise ValueError("start() needs at least one slot")
+            self._check_startable(slots)
             self._slots = tuple(slots)
             self._phase = JobPhase.STARTING
             membership = self._launch(self._new_workers(slots), REASON_START)
@@ -219,39 +273,14 @@ class ElasticJob:
                 reason=self._reason,
             )
 
-    def wait(self, timeout: float | None = None) -> JobReport:
-        """Block until the job is finished, stopped or failed (or ``timeout`` passes); returns poll()."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while not (self._phase.settled and not self._members and not self._leaving):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._changed.wait(left)
-        return self.poll()
-
-    def worker_pids(self) -> dict[int, int]:
-        """slot → pid of the member worker on it (for operators, and for tests that kill workers)."""
-        with self._lock:
-            return {w.slot: w.handle.pid for w in self._members}
+    def ended(self) -> bool:
+        """Rank 0 recorded the end of training: the job's work is done."""
+        return self.coordinator.finished()
 
     def close(self) -> None:
         """Kill any remaining worker and stop watching; the store goes away with the handle."""
-        with self._lock:
-            self._closed = True
-            for w in self._members + self._leaving:
-                w.handle.kill()
-            self._changed.notify_all()
-        self._monitor.join()
-        for w in self._members + self._leaving:
-            w.handle.join(5)
+        super().close()
         self.coordinator.close()
-
-    def __enter__(self) -> ElasticJob:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # ---- internals -------------------------------------------------------------------------------
 

@@ -156,14 +156,16 @@ def open_log(job_dir: str, name: str, owner: tuple[int, int] | None = None) -> i
 
 
 # ------------------------------------------------------------------ entering the sandbox
-def enter(c: Confinement) -> None:
+def enter(c: Confinement, forward_term: bool = False) -> None:
     """Confine this process (see the module docstring). Returns in the confined grandchild; the calling
-    process becomes its keeper and never returns. Raises ConfinementError before anything of the job runs."""
+    process becomes its keeper and never returns. Raises ConfinementError before anything of the job runs.
+    ``forward_term``: the keepers pass SIGTERM on to the job (a command job's preemption notice) instead
+    of dying of it (which kills the job at once through its parent-death signal)."""
     as_root = c.uid is not None
     if as_root and os.geteuid() != 0:
         raise ConfinementError("running a job as another account needs a server running as root")
     if len(os.listdir("/proc/self/task")) > 1:  # unshare(CLONE_NEWUSER) needs a single-threaded process
-        _fork_keeper()
+        _fork_keeper(forward_term)
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if as_root else CLONE_NEWUSER)
     _check(_libc.unshare(flags), "unshare (new mount, PID, IPC" + ("" if as_root else " and user") + " namespaces)")
@@ -193,7 +195,7 @@ def enter(c: Confinement) -> None:
     for target, fd in shown.items():
         _syscall(SYS_MOVE_MOUNT, f"mount {target}", fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH)
         os.close(fd)
-    _fork_keeper()
+    _fork_keeper(forward_term)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if as_root:
@@ -268,14 +270,14 @@ def _drop_capabilities() -> None:
     _syscall(number, "capset (drop every capability)", header, data)
 
 
-def _fork_keeper() -> None:
+def _fork_keeper(forward_term: bool) -> None:
     """Fork; the parent waits for the child and exits as it did, the child returns and dies with its
     keeper (after an unshare of the PID namespace, the child is that namespace's PID 1)."""
     alive_r, alive_w = os.pipe()
     pid = os.fork()
     if pid > 0:
         os.close(alive_r)
-        _keep(pid)
+        _keep(pid, forward_term)
     os.close(alive_w)
     _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
     os.set_blocking(alive_r, False)
@@ -287,9 +289,16 @@ def _fork_keeper() -> None:
     os.close(alive_r)
 
 
-def _keep(child: int) -> NoReturn:
+def set_parent_death_signal() -> None:
+    """SIGKILL this process when its parent ends (kept across exec)."""
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def _keep(child: int, forward_term: bool) -> NoReturn:
     """The keeper: wait for the confined worker, then leave the same way (exit code or signal)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C in the server's terminal is the server's to handle
+    if forward_term:
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGTERM))
     while True:
         try:
             _, status = os.waitpid(child, 0)

@@ -1,7 +1,9 @@
 """The body of every worker process, however it was started (forked from the warm pool, a cold
 ``python -m coddl.elastic SPEC_JSON``, or a Ray actor on another node): send output to the worker's
 log, confine the process (``coddl.elastic.sandbox``) when the spec says so, give it the job's
-environment and working directory (its job directory), and run the user's entry point."""
+environment and working directory (its job directory), and run the user's entry point — or, for a
+command job (``program``), start the user's program and stay as its parent: the init of the job's PID
+namespace, which passes SIGTERM on to the program and reaps what it leaves behind."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import importlib
 import json
 import os
 import runpy
+import signal
+import subprocess
 import sys
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -31,7 +35,8 @@ class WorkerSpec:
     ``entry`` is ``package.module:function`` (called with no arguments) or the path of a script (run
     as ``__main__``); either way ``sys.argv`` is ``[entry, *args]``. ``env`` carries the CODDL_* vars
     and the job's own; the worker inherits nothing else of its parent's environment but what
-    ``sandbox.clean_environment`` lets through. ``log_path`` is ``JOB_DIR/logs/NAME``.
+    ``sandbox.clean_environment`` lets through. ``log_path`` is ``JOB_DIR/logs/NAME``. With
+    ``program``, ``entry`` is any program (found on PATH) and ``args`` its arguments: see ``run_program``.
     """
 
     entry: str
@@ -42,6 +47,7 @@ class WorkerSpec:
     sys_path: tuple[str, ...] = ()
     threads: int = 1
     confinement: Confinement | None = None
+    program: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -71,7 +77,7 @@ def run_worker(spec: WorkerSpec) -> None:
         sys.stdout.reconfigure(line_buffering=True)
     if c is not None:
         try:
-            sandbox.enter(c)
+            sandbox.enter(c, forward_term=spec.program)
         except (sandbox.ConfinementError, OSError) as e:
             print(f"coddl: this worker could not be isolated, so none of the job's code ran: {e}", flush=True)
             os._exit(sandbox.EXIT_CONFINEMENT)
@@ -84,6 +90,8 @@ def run_worker(spec: WorkerSpec) -> None:
         env |= {"HOME": c.home or c.job_dir, "USER": c.account or "", "LOGNAME": c.account or ""}
     os.environ.clear()
     os.environ.update(env | spec.env)
+    if spec.program:
+        sys.exit(run_program(spec, confined=c is not None))
     torch.set_num_threads(spec.threads)
     worker_env = WorkerEnv.from_environ()  # before the job's code can change the environment
     try:
@@ -100,6 +108,44 @@ def run_worker(spec: WorkerSpec) -> None:
         print(f"coddl: {failure.summary}", flush=True)
         report(worker_env, failure)
         sys.exit(1)
+
+
+def run_program(spec: WorkerSpec, confined: bool) -> int:
+    """Run a command job's program as this process's child and return its exit code (128 + N if a
+    signal N ended it, as a shell says). SIGTERM is passed on to the program's process group: the
+    preemption notice, after which the executor waits the job's grace period before SIGKILL. Confined,
+    this process is PID 1 of the job's namespace (which receives only signals it handles, hence the
+    handler; its end ends every process of the job); unconfined, the program gets a parent-death signal
+    instead, so that killing the worker kills it too."""
+    argv = [spec.entry, *spec.args]
+
+    def die_with_parent() -> None:
+        sandbox.set_parent_death_signal()
+
+    try:
+        child = subprocess.Popen(argv, cwd=spec.cwd, start_new_session=True,
+                                 preexec_fn=None if confined else die_with_parent)
+    except OSError as e:
+        print(f"coddl: cannot run {argv[0]!r}: {e.strerror or e}", flush=True)
+        return 127
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.killpg(child.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGTERM, forward)
+    while True:  # reap everything (as a namespace's init must) until the program itself ends
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
+        if pid == child.pid:
+            code = os.waitstatus_to_exitcode(status)
+            return 128 - code if code < 0 else code
 
 
 def _run_entry(spec: WorkerSpec) -> None:

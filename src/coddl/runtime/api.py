@@ -120,7 +120,7 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
         owner = job.user or u.name
         if owner != u.name and not u.admin:
             raise HTTPException(403, f"job: user: only an admin may submit as {short(owner)}")
-        if job.command is not None:
+        if job.command is not None and job.kind == "elastic":  # a command job's program is found by its ranks
             script, _ = script_argv(job.command)
             if not Path(script).is_absolute():
                 raise HTTPException(422, f"job: command: script path must be absolute, got {short(script)}")

@@ -183,7 +183,8 @@ class Controller:
         self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now,
                               attained_service=job.attained_service, first_start=first_start)
         entry, args = spec.entry_and_args()
-        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid, job.owner))
+        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid, job.owner,
+                                          spec.kind, spec.restartable, spec.grace_s))
         self._corrections[jid] = OnlineCorrection()
         self._pushed[jid] = 1.0
 

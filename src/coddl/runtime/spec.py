@@ -1,13 +1,15 @@
 """The job file a user submits (YAML on the command line, JSON through the API), validated by pydantic.
 
 A job names what to run — a Python training script (``command``) or a ``module:function`` entry
-point — and what the scheduler needs to plan it: the model name for the throughput estimator, the
+point, or with ``kind: command`` any program at all — and what the scheduler needs to plan it: the model name for the throughput estimator, the
 elastic GPU range and the amount of work (steps, or epochs × steps per epoch). Any mistake is
 reported as ONE line that names the field, e.g. ``job.yaml: max_gpus: must be >= min_gpus (1), got 0``,
 because the person reading it is fixing a file, not debugging coddl.
 
-Why only Python: every worker runs the script in-process through ``coddl.elastic`` (forked from a
-warm pool that has already imported torch), so a command must end up as a script path plus argv.
+Why an elastic job is Python: every worker runs the script in-process through ``coddl.elastic``
+(forked from a warm pool that has already imported torch), so its command must end up as a script
+path plus argv. A ``kind: command`` job is run as it is, as a rigid gang with torchrun's environment
+(``coddl.elastic.gang``): resized only by restarting it, and only if it says it can be.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Iterable, TypeVar
+from typing import Any, Iterable, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
@@ -34,6 +36,10 @@ _ENTRYPOINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 RESERVED_ENV_PREFIX = "CODDL_"  # the launcher sets these for each worker
+GANG_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT")  # set for each process of a command job
+DEFAULT_GRACE_S = 30.0
+MAX_GRACE_S = 3600.0
 
 
 class SpecError(ValueError):
@@ -90,9 +96,21 @@ class JobFile(StoredInput):
 
     name: str = Field(description="1-64 letters, digits, '.', '_' or '-', starting with a letter or digit",
                       examples=["mlp"])
+    kind: Literal["elastic", "command"] = Field(
+        "elastic", description="elastic: a coddl.elastic script, resized in place; command: any program, run as a "
+                               "rigid gang of min_gpus processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, "
+                               "MASTER_PORT and CUDA_VISIBLE_DEVICES set, as torchrun would")
     command: list[str] | str | None = Field(
         None, description="the Python script to run with its arguments: `python SCRIPT.py ARGS...` as a list of "
-                          "words or one shell-quoted string; the script path must be absolute on the server")
+                          "words or one shell-quoted string; the script path must be absolute on the server. "
+                          "With kind: command, any program and its arguments (paths absolute: the job runs in "
+                          "its job directory)")
+    restartable: bool = Field(False, strict=True, description="kind: command only: the program resumes from its own "
+                                                              "checkpoint, so the scheduler may resize it between "
+                                                              "min_gpus and max_gpus by restarting it")
+    grace_s: float = Field(DEFAULT_GRACE_S, ge=0, le=MAX_GRACE_S, strict=True,
+                           description="kind: command only: seconds between SIGTERM and SIGKILL when the job is "
+                                       "preempted, resized or cancelled")
     entrypoint: str | None = Field(None, description="instead of command: a `package.module:function` to call")
     args: list[str] = Field(default_factory=list, description="arguments of the entrypoint (sys.argv[1:])")
     model: str = Field(DEFAULT_MODEL, description="the model's name for the throughput estimator (a measured curve, or the "
@@ -121,13 +139,14 @@ class JobFile(StoredInput):
 
     @field_validator("command")
     @classmethod
-    def _command(cls, v: list[str] | str | None) -> list[str] | None:
+    def _command(cls, v: list[str] | str | None, info: ValidationInfo) -> list[str] | None:
         if v is None:
             return None
-        argv = shlex.split(v) if isinstance(v, str) else list(v)
-        if not argv:
+        argv = shlex.split(v) if isinstance(v, str) else list(v)  # ValueError: No closing quotation
+        if not argv or not argv[0]:
             raise ValueError("must not be empty")
-        script_argv(argv)  # raises ValueError with the reason
+        if info.data.get("kind", "elastic") == "elastic":
+            script_argv(argv)  # raises ValueError with the reason
         return argv
 
     @field_validator("entrypoint")
@@ -174,6 +193,19 @@ class JobFile(StoredInput):
             raise _FieldError("args", "only with entrypoint (a command carries its own arguments)")
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
             raise _FieldError("max_gpus", f"must be >= min_gpus ({self.min_gpus}), got {self.max_gpus}")
+        if self.kind == "elastic":
+            for name, default in (("restartable", False), ("grace_s", DEFAULT_GRACE_S)):
+                if getattr(self, name) != default:  # (a stored spec carries the defaults)
+                    raise _FieldError(name, "only with kind: command (an elastic job is resized in place)")
+        else:
+            if self.entrypoint is not None:
+                raise _FieldError("entrypoint", "kind: command runs a program: give command")
+            if not self.restartable and self.max_gpus not in (None, self.min_gpus):
+                raise _FieldError("max_gpus", f"a command job that is not restartable runs on exactly min_gpus "
+                                              f"({self.min_gpus}) GPUs, got {self.max_gpus}")
+            reserved = sorted(set(self.env) & set(GANG_ENV))
+            if reserved:
+                raise _FieldError("env", f"{reserved[0]}: set by coddl for each process of a command job")
         if (self.steps is None) == (self.epochs is None):
             raise _FieldError("steps", "give exactly one of steps or epochs")
         if self.epochs is not None and self.steps_per_epoch is None:
@@ -192,9 +224,12 @@ class JobFile(StoredInput):
         return self.steps if self.steps is not None else self.epochs * self.steps_per_epoch
 
     def entry_and_args(self) -> tuple[str, tuple[str, ...]]:
-        """What a worker runs: a script path or ``module:function``, and its argv after it."""
+        """What a worker runs: a script path or ``module:function``, and its argv after it (for a
+        command job: the program and its arguments)."""
         if self.entrypoint is not None:
             return self.entrypoint, tuple(self.args)
+        if self.kind == "command":
+            return self.command[0], tuple(self.command[1:])
         script, rest = script_argv(self.command)
         return script, tuple(rest)
 
@@ -212,8 +247,9 @@ class JobFile(StoredInput):
 
     def with_absolute_paths(self, base: Path) -> JobFile:
         """The same job with a relative script path made absolute against ``base`` (the directory the
-        user submitted from): the server's workers do not run in the user's directory."""
-        if self.command is None:
+        user submitted from): the server's workers do not run in the user's directory. A command job's
+        words are left as written (which of them is a path is the program's business)."""
+        if self.command is None or self.kind == "command":
             return self
         script, _ = script_argv(self.command)
         p = Path(script)
@@ -226,8 +262,10 @@ class JobFile(StoredInput):
         """The scheduler's view: ``model`` is the curve name the estimator resolved for this job, and
         the work is what is left (a recovered job resumes ``steps_done`` steps in)."""
         left = max(1, self.total_steps - steps_done)
+        rigid = self.kind == "command" and not self.restartable
         return JobSpec(job_id=job_id, arrival=arrival, requested_gpus=self.min_gpus, total_work=float(left),
-                       model=model, min_gpus=self.min_gpus, max_gpus=self.max_gpus, user=owner)
+                       model=model, min_gpus=self.min_gpus, max_gpus=self.min_gpus if rigid else self.max_gpus,
+                       user=owner)
 
 
 class _FieldError(ValueError):
@@ -318,7 +356,7 @@ def _text_at(path: tuple[str | int, ...]) -> bool:
     """Where a job file's plain YAML scalars are text as written: the text fields, the words of
     command and args, and env values (``VERSION: 1.10`` is "1.10", not 1.1)."""
     if len(path) == 1:
-        return path[0] in ("name", "model", "entrypoint", "user", "command")
+        return path[0] in ("name", "model", "entrypoint", "user", "command", "kind")
     return len(path) == 2 and path[0] in ("command", "args", "env")
 
 
@@ -360,7 +398,7 @@ def load_job(path: Path | str) -> JobFile:
             raise
         raise SpecError(f"{p}: line {line}: {str(e)[len(str(p)) + 2:]}", e.field) from None
     job = job.with_absolute_paths(Path(os.getcwd()))
-    if job.command is not None:
+    if job.command is not None and job.kind == "elastic":
         script, _ = script_argv(job.command)
         if not Path(script).is_file():
             raise SpecError(f"{p}: command: no such script {script}")

@@ -20,8 +20,9 @@ from coddl.core.job import JobId
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """How to run one job's workers: ``entry`` is a script path or ``module:function``; ``owner`` is
-    the coddl user whose identity (or sandbox) the workers get."""
+    """How to run one job's workers: ``entry`` is a script path or ``module:function`` (for
+    ``kind="command"``, a program: ``coddl.elastic.gang``); ``owner`` is the coddl user whose identity
+    (or sandbox) the workers get."""
 
     job_id: JobId
     entry: str
@@ -29,6 +30,9 @@ class LaunchSpec:
     env: Mapping[str, str]
     job_dir: Path
     owner: str = ""
+    kind: str = "elastic"
+    restartable: bool = False  # command jobs: resized by restart
+    grace_s: float = 30.0  # command jobs: SIGTERM to SIGKILL
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ import psutil
 from coddl.core.allocation import Action, ActionKind, Plan
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
+from coddl.elastic.gang import CommandJob, GangConfig
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import Launcher, WorkerHandle
 from coddl.elastic.worker import WorkerSpec
@@ -49,6 +50,7 @@ from coddl.runtime.logs import last_line
 _RELEASES = (ActionKind.SUSPEND, ActionKind.SHRINK)
 _BUSY = (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING)
 FINISH_GRACE_S = 5.0  # after training ended, how long workers may take to exit on their own
+CANCEL_GRACE_S = 10.0  # an elastic job's workers, from the stop request to SIGKILL (a command job has its own)
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def _done() -> Future:
 class _Running:
     """A job the executor holds: its handle, the allocation it was told about, its operation chain."""
 
-    job: ElasticJob
+    job: ElasticJob | CommandJob
     target: tuple[int, ...] = ()  # GPUs after the newest dispatched action
     slots: tuple[int, ...] = ()  # GPUs after the newest completed action
     cores: tuple[int, ...] = ()
@@ -94,6 +96,7 @@ class ElasticExecutor:
     """
 
     kind = "elastic"
+    runs_commands = True  # command jobs (coddl.elastic.gang): their ranks meet at MASTER_ADDR, this host
 
     def __init__(self, cluster: Cluster, launcher: Launcher, host: str,
                  settings: ExecutorSettings = ExecutorSettings(), isolation: Isolation = Isolation("none")) -> None:
@@ -115,6 +118,10 @@ class ElasticExecutor:
 
     # ------------------------------------------------------------------ the contract
     def register(self, launch: LaunchSpec) -> None:
+        if launch.kind == "command" and not self.runs_commands:
+            self._emit(ExitEvent(launch.job_id, finished=False, at=time.time(),
+                                 message=f"command jobs run on the local executor, not on {self.kind}"))
+            return
         with self._lock:
             self._launches[launch.job_id] = launch
 
@@ -212,11 +219,19 @@ class ElasticExecutor:
         """A handle for a job about to start (caller holds _lock)."""
         launch = self._launches[job_id]
         s = self.settings
+        confinement = self.isolation.confinement(launch.owner, launch.job_dir)
+        if launch.kind == "command":
+            r = _Running(CommandJob(GangConfig(
+                job_id=job_id, program=launch.entry, job_dir=launch.job_dir, args=launch.args, env=dict(launch.env),
+                grace_s=launch.grace_s, restartable=launch.restartable, max_restarts=s.max_restarts,
+                host=self._host, confinement=confinement), self._launcher))
+            self._jobs[job_id] = r
+            return r
         config = JobConfig(
             job_id=job_id, entry=launch.entry, job_dir=launch.job_dir, args=launch.args, env=dict(launch.env),
             pg_timeout_s=s.pg_timeout_s, checkpoint_s=s.checkpoint_s, report_s=s.report_s,
             max_restarts=s.max_restarts, start_timeout_s=s.start_timeout_s, host=self._host, threads=s.threads,
-            confinement=self.isolation.confinement(launch.owner, launch.job_dir),
+            confinement=confinement,
         )
         r = _Running(ElasticJob(config, self._launcher))
         self._jobs[job_id] = r
@@ -228,7 +243,7 @@ class ElasticExecutor:
         try:
             self.guard()
             phase = self._settle(r.job)
-            if phase in (JobPhase.FINISHED, JobPhase.FAILED) or r.job.coordinator.finished():
+            if phase in (JobPhase.FINISHED, JobPhase.FAILED) or r.job.ended():
                 return  # training is over: the monitor reports the exit; nothing left to move
             t0 = time.perf_counter()
             if a.kind is ActionKind.SUSPEND:
@@ -237,7 +252,7 @@ class ElasticExecutor:
                 r.job.start(a.new)
             elif set(a.new) != set(r.slots):
                 r.job.resize(a.new)
-                if r.job.coordinator.finished():
+                if r.job.ended():
                     return  # training ended while the resize waited for it: nothing was moved
             seconds = time.perf_counter() - t0  # same GPUs (RECORE): only the pinning below changes
             r.slots, r.cores = a.new, a.cores
@@ -247,7 +262,7 @@ class ElasticExecutor:
         except Exception as e:  # noqa: BLE001 - failing to carry out an action fails the job, with the reason
             self._fail(a.job_id, f"{a.kind.value} onto GPUs {list(a.new)} failed: {e}")
 
-    def _settle(self, job: ElasticJob) -> JobPhase:
+    def _settle(self, job: ElasticJob | CommandJob) -> JobPhase:
         """Wait out a start, resize or recovery in progress (the job cannot be moved mid-change)."""
         deadline = time.monotonic() + self.settings.start_timeout_s
         while (phase := job.poll().phase) in _BUSY and time.monotonic() < deadline:
@@ -257,7 +272,7 @@ class ElasticExecutor:
     @staticmethod
     def _stop_and_close(r: _Running) -> None:
         try:
-            r.job.stop(grace_s=10)
+            r.job.stop(grace_s=CANCEL_GRACE_S if isinstance(r.job, ElasticJob) else None)
         finally:
             r.job.close()
 
@@ -287,7 +302,7 @@ class ElasticExecutor:
     def _heal(self, r: _Running) -> None:
         """Bring a job that lost a worker back onto its whole allocation."""
         self.guard()
-        if self._settle(r.job) is JobPhase.RUNNING and not r.job.coordinator.finished():
+        if self._settle(r.job) is JobPhase.RUNNING and not r.job.ended():
             seconds = r.job.resize(r.slots)
             self._repin(r)
             self._emit(AppliedEvent(r.job.config.job_id, "heal", r.slots, seconds, time.time()))
@@ -338,7 +353,7 @@ class ElasticExecutor:
     def _trained_for(r: _Running) -> float:
         """Seconds since rank 0 recorded the end of training: after a grace period the job counts as
         finished even if some of its workers have not exited (see the stragglers in ``_watch``)."""
-        if not r.job.coordinator.finished():
+        if not r.job.ended():
             return 0.0
         if r.trained_since is None:
             r.trained_since = time.monotonic()

@@ -189,6 +189,7 @@ def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
 
 class RayExecutor(ElasticExecutor):
     kind = "ray"
+    runs_commands = False  # a gang's rank 0 may be on any node; MASTER_ADDR is not yet chosen per placement
 
     def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings(),
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, isolation: Isolation = Isolation("none"),

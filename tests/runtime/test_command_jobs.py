@@ -1,0 +1,96 @@
+"""Command jobs on a real server: a torchrun-style gloo script (``tests/elastic/gang_script.py``) that
+knows nothing of coddl runs as a gang with torchrun's environment, as its owner's account and in its
+job directory; being restartable, the scheduler shrinks it by restart when another job arrives (every
+rank stops at one step on SIGTERM, the new gang resumes from the script's own checkpoint) and it
+finishes; a rigid one is cancelled with SIGTERM and its ranks stop cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import sys
+from pathlib import Path
+
+import pytest
+from runtime_live import Server, readable, tiny_job, wait_for
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = readable(Path(__file__).resolve().parents[1] / "elastic" / "gang_script.py")
+STEPS = 400
+
+
+def starts(job_dir: Path) -> list[dict]:
+    path = job_dir / "starts.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def command_job(name: str, steps: int, **fields) -> dict:  # noqa: ANN003
+    return {"name": name, "kind": "command", "command": [sys.executable, str(SCRIPT)], "steps": steps,
+            "model": "tiny", "env": {"STEPS": str(steps), "STEP_S": "0.05"}, "grace_s": 30, **fields}
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("command") / "state", gpus=2, policy="max-min")
+    yield s
+    s.cleanup()
+
+
+def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
+    bob = srv.client(srv.token("bob"))
+    a = srv.submit(command_job("torchrun-style", STEPS, restartable=True, min_gpus=1, max_gpus=2), bob)
+    job_dir = srv.state_dir / "jobs" / str(a)
+    first = wait_for(lambda: len(s := starts(job_dir)) == 2 and s, 120, "two ranks")
+    for s in first:
+        e = s["env"]
+        assert e["WORLD_SIZE"] == "2" and e["LOCAL_RANK"] == e["RANK"] and e["MASTER_ADDR"] == "127.0.0.1"
+        assert s["sum"] == 1.0 and s["cwd"] == str(job_dir)
+        if os.geteuid() == 0:  # a root server runs it as bob's account
+            assert pwd.getpwuid(s["uid"]).pw_name.startswith("coddl-bob")
+    assert sorted(s["env"]["CUDA_VISIBLE_DEVICES"] for s in first) == ["0", "1"]
+    # max-min: one GPU each, so a shrinks; the visitor stays until a's restart on one GPU has been seen
+    # (on a loaded machine, starting Python and torch may take longer than a short visitor would run)
+    b = srv.submit(tiny_job("visitor", steps=100_000, max_gpus=1))
+    shrunk = wait_for(lambda: [s for s in starts(job_dir) if s["env"]["WORLD_SIZE"] == "1"], 120,
+                      "the restart on one GPU")[0]
+    assert shrunk["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", starts(job_dir)
+    term = [(job_dir / f"term-{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
+    assert term[0] == term[1] == ["2", str(shrunk["from_step"])], term  # stopped together, resumed there
+    assert srv.admin.delete(f"/jobs/{b}").status_code == 202  # then a grows back (a restart at two) and finishes
+    done = srv.wait_job(a, lambda v: v["status"] == "finished", 240, "finished")
+    assert json.loads((job_dir / "ckpt.json").read_text())["step"] == STEPS
+    sizes = [int(s["env"]["WORLD_SIZE"]) for s in starts(job_dir) if s["env"]["RANK"] == "0"]
+    assert sizes[:2] == [2, 1], sizes
+    assert sizes[-1] == 2 and starts(job_dir)[-1]["from_step"] >= shrunk["from_step"], sizes
+    assert [e["action"] for e in done["events"] if e["kind"] == "applied"][:3] == ["start", "shrink", "grow"]
+
+
+def test_a_rigid_command_job_runs_at_its_size_and_a_cancel_stops_it_with_sigterm(srv):
+    bob = srv.client(srv.token("bob"))
+    c = srv.submit(command_job("rigid", 100_000, min_gpus=2), bob)
+    job_dir = srv.state_dir / "jobs" / str(c)
+    wait_for(lambda: len(starts(job_dir)) == 2, 120, "two ranks")
+    assert bob.delete(f"/jobs/{c}").status_code == 202
+    srv.wait_job(c, lambda v: v["terminal"], 120, "cancelled")  # in the store at once; the ranks stop after
+    files = [job_dir / f"term-{r}.txt" for r in (0, 1)]
+    wait_for(lambda: all(f.exists() and f.read_text().endswith("\n") for f in files), 60, "both ranks to stop")
+    term = [f.read_text().split() for f in files]
+    assert term[0] == term[1] and term[0][0] == "2", term  # both ranks saw SIGTERM and stopped at one step
+    assert srv.job(c)["status"] == "cancelled"
+
+
+def test_a_command_job_sees_nothing_of_the_server(srv):
+    """The isolation of every job holds for a program too: the state directory shows only its own job."""
+    token = json.loads((srv.state_dir / "client.json").read_text())["token"]
+    probe = ('cat "$STATE/client.json"; head -c 16 "$STATE/coddl.db"; echo; ls "$STATE" "$STATE/jobs"; '
+             'env | grep -c TOKEN; echo "cwd=$PWD"; echo probed')
+    j = srv.submit({"name": "probe", "kind": "command", "command": ["bash", "-c", probe], "steps": 1, "model": "tiny",
+                    "env": {"STATE": str(srv.state_dir)}}, srv.client(srv.token("mallory")))
+    assert srv.wait_job(j, lambda v: v["terminal"], 120, "ended")["status"] == "finished"
+    log = (srv.state_dir / "jobs" / str(j) / "logs" / "rank0.log").read_text()
+    assert "probed" in log and token not in log and "SQLite" not in log, log
+    assert f"cwd={srv.state_dir / 'jobs' / str(j)}" in log
+    listed = log.split("jobs:")[1].split("\n0\n")[0].split()  # what `ls STATE/jobs` showed
+    assert listed == [str(j)], log
