@@ -124,12 +124,12 @@ def plot_allocations(path: Path, results: dict[str, SimResult], max_jobs: int = 
         for t, job, g in res.timeline:
             if job in lane:
                 segments.setdefault(job, []).append((t, g))
-        for job, seg in segments.items():
+        for job, seg in segments.items():  # one collection per lane: an elastic job has thousands of spans
             seg.append((finish[job], 0))
-            for (t0, g), (t1, _) in zip(seg, seg[1:]):
-                if g > 0 and t1 > t0:
-                    ax.broken_barh([(t0 / 3600, (t1 - t0) / 3600)], (lane[job] - 0.4, 0.8),
-                                   color=cmap(g / top))
+            spans = [((t0 / 3600, (t1 - t0) / 3600), g) for (t0, g), (t1, _) in zip(seg, seg[1:]) if g > 0 and t1 > t0]
+            if spans:
+                ax.broken_barh([x for x, _ in spans], (lane[job] - 0.4, 0.8),
+                               color=cmap(np.array([g for _, g in spans]) / top))
         ax.set_ylabel(f"{name}\njob (by arrival)")
         ax.invert_yaxis()
     axes[-1, 0].set_xlabel("time (hours)")
