@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -45,7 +46,9 @@ def step(job_dir: Path) -> int:
 
 def test_a_torchrun_style_script_runs_as_a_confined_gang_is_preempted_and_resized_by_restart(pool, tmp_path):
     job_dir = tmp_path / "job"
-    config = GangConfig(job_id="g", program=sys.executable, args=(SCRIPT,), job_dir=job_dir,
+    job_dir.mkdir()
+    script = shutil.copy(SCRIPT, job_dir)  # the user's script, where the confined job can read it
+    config = GangConfig(job_id="g", program=sys.executable, args=(str(script),), job_dir=job_dir,
                         env={"STEPS": "60", "STEP_S": "0.05"}, grace_s=20.0, restartable=True,
                         confinement=Confinement(job_dir=str(job_dir), hide=(str(tmp_path),), expose=installation()))
     with CommandJob(config, pool) as job:

@@ -177,9 +177,14 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     # Directories to show through what hides their surroundings: the job's own (writable) and, for
     # another account, the Python installation wherever a directory private to the server (a /root
     # 0700 holding a pyenv) is in the way. Copies of their mounts are taken now, put back below.
+    # The same for an installation under a directory the sandbox covers (a checkout in /tmp: the job's
+    # private /tmp would otherwise hide the very interpreter it runs).
     blocked = [b for p in c.expose if (b := _untraversable(p))] if as_root else []
+    covered = (*blocked, *c.hide, "/tmp", "/dev/shm")
     shown = {c.job_dir: _clone(c.job_dir, writable=True)}
-    shown |= {p: _clone(p, writable=False) for p in c.expose if any(_inside(p, b) for b in blocked)}
+    put_back = [p for p in c.expose if os.path.isdir(p) and any(_inside(p, b) for b in covered)]
+    shown |= {p: _clone(p, writable=False) for p in put_back
+              if p != c.job_dir and not any(q != p and _inside(p, q) for q in put_back)}
     if not as_root:
         _syscall(SYS_MOUNT_SETATTR, "make the filesystem read-only", AT_FDCWD, b"/", AT_RECURSIVE,
                  _mount_attr(MOUNT_ATTR_RDONLY), ctypes.c_size_t(32))
