@@ -30,8 +30,8 @@ from coddl.queues.model import Queue, QueueError, QueueSet
 from coddl.runtime.limits import MAX_STORE_INT
 from coddl.runtime.spec import SpecError, StoredInput, describe, user_name_problem, validate
 from coddl.runtime.text import short
-from coddl.runtime.yaml_safe import YamlError
-from coddl.runtime.yaml_safe import load as load_yaml
+from coddl.runtime.yaml_safe import YamlFileError
+from coddl.runtime.yaml_safe import read_file as read_yaml_file
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_QUEUES = 1000
@@ -155,24 +155,9 @@ def load_queues(path: Path | str) -> QueueSet:
     """Read a queue file; every error is ``FILE: line N: field: problem``."""
     p = Path(path)
     try:
-        raw = p.read_bytes()[: MAX_FILE_BYTES + 1]
-    except FileNotFoundError:
-        raise QueueError(f"{p}: no such file") from None
-    except OSError as e:
-        raise QueueError(f"{p}: cannot read: {e.strerror or type(e).__name__}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise QueueError(f"{p}: larger than {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise QueueError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
-    lines: dict[str, int] = {}
-    try:
-        data = load_yaml(text, _text_at, lines)
-    except YamlError as e:
-        raise QueueError(f"{p}: {e}") from None
-    if data is None:
-        raise QueueError(f"{p}: empty (expected a mapping with a list of queues)")
+        data, lines = read_yaml_file(p, MAX_FILE_BYTES, "a queue file", "a mapping with a list of queues", _text_at)
+    except YamlFileError as e:
+        raise QueueError(str(e)) from None
     try:
         doc = validate_file(data, str(p))
     except SpecError as e:

@@ -26,8 +26,8 @@ from pydantic_core import ErrorDetails
 from coddl.core.job import JobSpec
 from coddl.runtime.limits import DEFAULT_MAX_BODY_BYTES, MAX_STORE_INT
 from coddl.runtime.text import find_bad_text, short
-from coddl.runtime.yaml_safe import YamlError, dotted
-from coddl.runtime.yaml_safe import load as load_yaml
+from coddl.runtime.yaml_safe import YamlFileError, dotted
+from coddl.runtime.yaml_safe import read_file as read_yaml_file
 
 DEFAULT_MODEL = "default"
 MAX_MODEL_CHARS = 128
@@ -364,26 +364,9 @@ def read_job_file(p: Path, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> tuple[Any
     """A job file's YAML as Python values, and the line of each field path (``env.LR``), or SpecError:
     no larger than the server would take as a request, UTF-8, and plain YAML (``coddl.runtime.yaml_safe``)."""
     try:
-        with p.open("rb") as f:
-            raw = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise SpecError(f"{p}: no such file") from None
-    except OSError as e:
-        raise SpecError(f"{p}: cannot read: {e.strerror or e.__class__.__name__}") from None
-    if len(raw) > max_bytes:
-        raise SpecError(f"{p}: larger than {max_bytes // 1024} KiB, the most a job file may be")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
-    lines: dict[str, int] = {}
-    try:
-        data = load_yaml(text, _text_at, lines)
-    except YamlError as e:
-        raise SpecError(f"{p}: {e}", dotted(e.path) or None) from None
-    if data is None:
-        raise SpecError(f"{p}: empty (expected a mapping of job fields)")
-    return data, lines
+        return read_yaml_file(p, max_bytes, "a job file", "a mapping of job fields", _text_at)
+    except YamlFileError as e:
+        raise SpecError(str(e), dotted(e.path) or None) from None
 
 
 def load_job(path: Path | str) -> JobFile:

@@ -19,6 +19,7 @@ bomb") expand to billions of values once anything walks them. Here:
 from __future__ import annotations
 
 import re
+from pathlib import Path as FilePath
 from typing import Any, Callable
 
 import yaml
@@ -195,3 +196,43 @@ def load(text: str, text_at: Callable[[Path], bool] = lambda _path: False, lines
     if node is None:
         return None
     return _Builder(text_at, loader.tagged, {} if lines is None else lines).build(node, ())
+
+
+class YamlFileError(ValueError):
+    """A YAML file that cannot be read as plain YAML: the message starts with the file's name;
+    ``path`` is the field the problem is in (empty when it is the file as a whole)."""
+
+    def __init__(self, message: str, path: Path = ()) -> None:
+        self.path = path
+        super().__init__(message)
+
+
+def read_file(
+    file: FilePath, max_bytes: int, what: str, expected: str, text_at: Callable[[Path], bool] = lambda _path: False
+) -> tuple[Any, dict[str, int]]:
+    """A YAML file's values and the line of each field path (``env.LR``), or YamlFileError: the file
+    exists, is at most ``max_bytes`` (read no further, so a huge file costs nothing), is UTF-8, is plain
+    YAML (``load``) and is not empty. ``what`` names the document in errors ("a job file"),
+    ``expected`` says what an empty one should have held ("a mapping of job fields")."""
+    try:
+        with file.open("rb") as f:
+            raw = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise YamlFileError(f"{file}: no such file") from None
+    except OSError as e:
+        raise YamlFileError(f"{file}: cannot read: {e.strerror or type(e).__name__}") from None
+    if len(raw) > max_bytes:
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes // 1024} KiB"
+        raise YamlFileError(f"{file}: larger than {size}, the most {what} may be")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise YamlFileError(f"{file}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+    lines: dict[str, int] = {}
+    try:
+        data = load(text, text_at, lines)
+    except YamlError as e:
+        raise YamlFileError(f"{file}: {e}", e.path) from None
+    if data is None:
+        raise YamlFileError(f"{file}: empty (expected {expected})")
+    return data, lines
