@@ -133,7 +133,8 @@ class TiresiasL:
     ≥ knob × the time it ran (GPU-seconds ÷ its GPUs, since its last promotion) goes back to the top
     queue — the wait counted since it last stopped running (``waits="current"``) or, as the Tiresias
     simulator's ``last_pending_time``, every wait since the last promotion once it has run since
-    then (``"accumulated"``). ``service="attained"``: all service since the last promotion;
+    then (``"accumulated"``); a running job preempted while its earlier waits already meet the
+    knob is promoted in the same decision. ``service="attained"``: all service since the last promotion;
     ``"since-start"``: service since the job was last (re)scheduled; ``clear=True`` — the CoDDL
     simulator's rule — the demotion is cleared whenever the job is given GPUs again."""
 
@@ -167,8 +168,17 @@ class TiresiasL:
             since.append(w)
             waited.append(acc)
         within = jb.first_start if self.queue_order == "first-start" else jb.arrival
-        order = sorted(range(jb.n), key=lambda r: (queue[r], within[r], jb.arrival[r], jb.uid[r]))
-        got = walk(order, jb.req, ctx.capacity)
+        while True:
+            order = sorted(range(jb.n), key=lambda r: (queue[r], within[r], jb.arrival[r], jb.uid[r]))
+            got = walk(order, jb.req, ctx.capacity)
+            # a running job preempted now whose earlier waits already meet the knob is promoted now
+            bounced = [r for r in range(jb.n) if self.knob is not None and jb.share[r] > 0 and not got[r]
+                       and queue[r] > 0 and jb.attained[r] > base[r]
+                       and (0.0 if self.waits == "current" else waited[r]) >= self.knob * (jb.attained[r] - base[r]) / jb.req[r]]
+            if not bounced:
+                break
+            for r in bounced:
+                queue[r], base[r], waited[r] = 0, jb.attained[r], 0.0
         for r in range(jb.n):
             q = queue[r]
             resumed = got[r] and jb.share[r] == 0

@@ -284,3 +284,25 @@ def test_tiresias_starvation_counts_earlier_waits_only_when_accumulated(wait: st
     res = run(f"tiresias-l:thresholds=100+knob=1+starvation_wait={wait}", specs, 1)
     assert starts(res, "A")[:3] == pytest.approx([0.0, 130.0, restart])
     assert starts(res, "C")[0] == pytest.approx(150.0)
+
+
+def test_tiresias_promotes_a_job_preempted_while_already_starved_at_once() -> None:
+    """One GPU, threshold 100 GPU-s, knob 1, accumulated waits; A (10,000 s), B (30 s) at 100,
+    C (1,000 s) at 150. As above until 240: A is promoted and preempts C (90 s run). A is demoted
+    at 340 and C resumes: its wait 240–340 (100 s) is counted. At 350 C reaches 100 GPU-s and is
+    demoted behind A (earlier arrival) — but it has already waited 100 s ≥ 1 × its 100 s run, so it
+    is promoted in the same decision and keeps running (waiting for the next event would park it
+    until A ends at 10,130). A, waiting since 340 after 100 s run, is promoted at 440 and preempts C
+    (90 s since its promotion); from then on the two alternate every 100 s: C runs [340 + 200i,
+    440 + 200i) and needs 910 s after 340, so it ends at 2,150; A then runs its remaining 8,880 s
+    (it ran 100 + 20 + 100 + 9 × 100) and ends at 11,030."""
+    specs = [JobSpec("A", 0.0, 1, 10_000.0, "lin"), JobSpec("B", 100.0, 1, 30.0, "lin"),
+             JobSpec("C", 150.0, 1, 1_000.0, "lin")]
+    res = run("tiresias-l:thresholds=100+knob=1+starvation_wait=accumulated", specs, 1)
+    fin = {r.spec.job_id: r.finish for r in res.records}
+    assert starts(res, "C")[:4] == pytest.approx([150.0, 340.0, 540.0, 740.0])
+    assert starts(res, "A")[:5] == pytest.approx([0.0, 130.0, 240.0, 440.0, 640.0])
+    assert fin["C"] == pytest.approx(2150.0) and fin["A"] == pytest.approx(11_030.0)
+    # no job is dropped and given back its GPUs at the same instant
+    changes = [(t, jid) for t, jid, _ in res.timeline]
+    assert len(changes) == len(set(changes))

@@ -32,7 +32,10 @@ class TiresiasL(Policy):
     Starvation knob: a demoted job that has waited ≥ knob × the time it ran since it was last
     promoted goes back to the top queue. ``starvation_wait="accumulated"`` counts every wait since
     that promotion (the Tiresias simulator's ``last_pending_time``; waits before the job first ran
-    after the promotion do not count); ``"current"`` only the wait in progress.
+    after the promotion do not count); ``"current"`` only the wait in progress. A job that is
+    preempted while its accumulated wait already meets the knob is promoted in the same decision
+    (and so keeps running): waiting for the next unrelated event, as an event-driven loop that
+    only schedules future promotions would, can leave a starved job waiting for a whole job length.
 
     ``service="attained"`` counts all GPU-seconds received (since the last promotion), as in the
     paper; ``"since-start"`` counts those received since the job was last (re)scheduled, as the
@@ -84,25 +87,35 @@ class TiresiasL(Policy):
         book = self._book.lookup(j.uid, waiting_since=j.arrival)
         queue, base, since, waited = book["queue"].astype(np.int64), book["base"], book["waiting_since"], book["waited"]
         running = j.share > 0
+
+        def promote(mask: np.ndarray) -> None:
+            queue[mask] = 0
+            base[mask] = j.attained[mask]
+            waited[mask] = 0.0
+
         if p.knob is not None:  # promotion of starved jobs back to the top queue
             ran = (j.attained - base) / j.requested  # time run since the last promotion
-            starved = ~running & (queue > 0) & (ran > 0) & (self._waited(now, since, waited, ran) >= p.knob * ran)
-            queue[starved] = 0
-            base[starved] = j.attained[starved]
-            waited[starved] = 0.0
+            promote(~running & (queue > 0) & (ran > 0) & (self._waited(now, since, waited, ran) >= p.knob * ran))
         metric = self._metric(ctx, base)
         crossed = np.searchsorted(self._thr, metric + np.maximum(_EPS_ABS, _EPS_REL * metric), side="right")
         queue = np.maximum(queue, crossed)
         within = j.first_start if p.queue_order == "first-start" else j.arrival
-        order = lexorder(queue, within, j.arrival, j.uid)
-        admitted = greedy_fit(order, j.requested, ctx.capacity, p.backfill)
+        admitted = greedy_fit(lexorder(queue, within, j.arrival, j.uid), j.requested, ctx.capacity, p.backfill)
+        while p.knob is not None:  # a job preempted while already starved goes back to the top at once
+            ran = (j.attained - base) / j.requested
+            counted = 0.0 if p.starvation_wait == "current" else waited  # its current wait is 0
+            bounced = running & ~admitted & (queue > 0) & (ran > 0) & (counted >= p.knob * ran)
+            if not bounced.any():
+                break
+            promote(bounced)
+            admitted = greedy_fit(lexorder(queue, within, j.arrival, j.uid), j.requested, ctx.capacity, p.backfill)
         if p.knob is not None and p.starvation_wait == "accumulated":
             resumed = admitted & ~running & ((j.attained - base) > 0)
             waited = np.where(resumed, waited + (now - since), waited)  # the wait that just ended
         since = np.where(running & ~admitted, now, since)
         stored = queue if p.keep_demotion else np.where(admitted, 0, queue)
         self._book.store(j.uid, queue=stored, base=base, waiting_since=since, waited=waited)
-        self._wake = self._next_event(ctx, queue, base, since, waited, running, admitted, metric)
+        self._wake = self._next_event(ctx, queue, base, since, waited, running, admitted, self._metric(ctx, base))
         return np.where(admitted, j.requested, 0)
 
     def wakeup(self, ctx: Context) -> float | None:
