@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-import time
 from typing import Sequence
 
 from coddl.elastic.failure import Failure, failure_key
@@ -23,6 +22,7 @@ from coddl.elastic.protocol import (
     hash_key,
     membership_key,
 )
+from coddl.waiting import WaitTimeout, wait_until
 
 
 class Coordinator:
@@ -78,12 +78,11 @@ class Coordinator:
 
     def wait_complete(self, generation: int, timeout_s: float, poll_s: float = 0.001) -> bool:
         """Poll (a blocking store wait logs a warning on every timeout) until ``generation`` trains."""
-        deadline = time.monotonic() + timeout_s
-        while not self.is_complete(generation):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(poll_s)
-        return True
+        try:
+            return wait_until(lambda: self.is_complete(generation), timeout_s,
+                              f"generation {generation} did not train", interval=poll_s)
+        except WaitTimeout:
+            return False
 
     def progress(self) -> Progress | None:
         raw = self.state.data.get(PROGRESS_KEY)

@@ -49,6 +49,7 @@ from coddl.elastic.protocol import (
 )
 from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
+from coddl.waiting import wait_until
 
 
 class JobPhase(enum.Enum):
@@ -134,13 +135,8 @@ class WorkerGroup:
 
     def wait(self, timeout: float | None = None) -> JobReport:
         """Block until the job is finished, stopped or failed (or ``timeout`` passes); returns poll()."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            while not (self._phase.settled and not self._members and not self._leaving):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                self._changed.wait(left)
+            self._changed.wait_for(lambda: self._phase.settled and not self._members and not self._leaving, timeout)
         return self.poll()
 
     def worker_pids(self) -> dict[int, int]:
@@ -250,16 +246,12 @@ class ElasticJob(WorkerGroup):
             if not self._phase.settled:
                 self._phase = JobPhase.STOPPED
             self._changed.notify_all()
-        deadline = time.monotonic() + (self.config.pg_timeout_s if grace_s is None else grace_s)
-        killed = False
         with self._lock:
-            while self._leaving:
-                left = deadline - time.monotonic()
-                if left <= 0 and not killed:
-                    for w in self._leaving:
-                        w.handle.kill()
-                    killed = True
-                self._changed.wait(left if left > 0 else 0.1)
+            if not self._changed.wait_for(lambda: not self._leaving, self.config.pg_timeout_s if grace_s is None else grace_s):
+                for w in self._leaving:
+                    w.handle.kill()
+                while not self._changed.wait_for(lambda: not self._leaving, 0.1):
+                    pass
 
     def poll(self) -> JobReport:
         with self._lock:
@@ -301,15 +293,14 @@ class ElasticJob(WorkerGroup):
         """Announce a grow only once its new workers are up, so the survivors train until then. A
         failure meanwhile supersedes the membership, and then it must never be announced; nor once
         training has ended (the new workers see that and leave)."""
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while self.coordinator.arrived(membership.generation) < joiners:
+        def arrived_or_superseded() -> bool:
+            if self.coordinator.arrived(membership.generation) >= joiners:
+                return True
             with self._lock:
-                if self.coordinator.membership != membership or self.coordinator.finished():
-                    return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.config.job_id}: new workers did not start within "
-                                   f"{self.config.start_timeout_s} s")
-            time.sleep(0.001)
+                return self.coordinator.membership != membership or self.coordinator.finished()
+
+        wait_until(arrived_or_superseded, self.config.start_timeout_s,
+                   f"job {self.config.job_id}: new workers did not start", interval=0.001)
         with self._lock:
             if self.coordinator.membership == membership and not self.coordinator.finished():
                 self.coordinator.announce(membership)
@@ -334,18 +325,16 @@ class ElasticJob(WorkerGroup):
 
     def _await(self, generation: int, t0: float) -> float:
         """Seconds from ``t0`` until ``generation`` (or a later one, after a failure) trains."""
-        deadline = time.monotonic() + self.config.start_timeout_s
-        while True:
+        def trains() -> bool:
             with self._lock:
                 phase, newest = self._phase, self.coordinator.membership.generation
             if phase is JobPhase.FAILED:
                 raise RuntimeError(f"job {self.config.job_id} failed (see {self.config.job_dir / 'logs'})")
-            if phase.settled or any(self.coordinator.is_complete(g) for g in range(generation, newest + 1)):
-                return time.perf_counter() - t0
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job {self.config.job_id}: generation {generation} did not form "
-                                   f"within {self.config.start_timeout_s} s")
-            time.sleep(0.001)
+            return phase.settled or any(self.coordinator.is_complete(g) for g in range(generation, newest + 1))
+
+        wait_until(trains, self.config.start_timeout_s,
+                   f"job {self.config.job_id}: generation {generation} did not form", interval=0.001)
+        return time.perf_counter() - t0
 
     def _watch(self) -> None:
         """Monitor thread: reap exited workers and move the phase along."""

@@ -45,6 +45,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch.distributed as dist
 
+from coddl.waiting import WaitTimeout, wait_until
+
 log = logging.getLogger("coddl.kvstore")
 
 MAGIC = b"CODDL-KV1"
@@ -493,17 +495,22 @@ class KVClient(dist.Store):
     def _connect(self, timeout_s: float) -> _Channel:
         """Connect and authenticate, trying again until ``timeout_s`` (a loaded host may be slow to accept,
         and a flood of foreign connections may have crowded our handshake out)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+        refused: list[OSError] = []
+
+        def handshake() -> _Channel | None:
             try:
                 return self._handshake(max(1.0, min(10.0, timeout_s)))
             except ValueError as e:  # the other end is not our coordinator: no point trying again
                 raise StoreRefused(f"store at {self._host}:{self._port}: {e}") from None
             except OSError as e:
-                if time.monotonic() > deadline:
-                    raise StoreRefused(f"store at {self._host}:{self._port} refused us ({e}): wrong {KEY_ENV}?") \
-                        from None
-                time.sleep(0.05)
+                refused[:] = [e]
+                return None
+
+        try:
+            return wait_until(handshake, timeout_s, f"no handshake with {self._host}:{self._port}", interval=0.05)
+        except WaitTimeout:
+            raise StoreRefused(f"store at {self._host}:{self._port} refused us ({refused[0]}): wrong {KEY_ENV}?") \
+                from None
 
     def _handshake(self, timeout_s: float) -> _Channel:
         sock = socket.create_connection((self._host, self._port), timeout=timeout_s)

@@ -48,6 +48,7 @@ from coddl.elastic.protocol import (
     ready_key,
     split_addr,
 )
+from coddl.waiting import WaitTimeout, wait_until
 
 
 REPLICA_CHECK_STEPS = 10  # every this many steps the ranks compare a digest of their parameters
@@ -346,14 +347,21 @@ class Session:
     def _await_generation(self, at_least: int, poll_s: float = 0.01) -> int:
         """The newest announced generation, once it is ``at_least``. If training ends meanwhile (a grow
         requested just before the last step), there is nothing left to join: leave."""
-        deadline = time.monotonic() + 2 * self._env.pg_timeout_s
-        while (newest := self._store.add(GENERATION_KEY, 0)) < at_least:
+        newest = 0
+
+        def announced() -> bool:
+            nonlocal newest
+            if (newest := self._store.add(GENERATION_KEY, 0)) >= at_least:
+                return True
             if self._store.check([FINISHED_KEY]):
                 raise Departed()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the coordinator announced no generation >= {at_least} "
-                                   f"within {2 * self._env.pg_timeout_s:.0f} s")
-            time.sleep(poll_s)
+            return False
+
+        try:
+            wait_until(announced, 2 * self._env.pg_timeout_s,
+                       f"the coordinator announced no generation >= {at_least}", interval=poll_s)
+        except WaitTimeout as e:
+            raise RuntimeError(str(e)) from None
         return newest
 
     def _failure_announced(self) -> bool:

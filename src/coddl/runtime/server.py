@@ -19,7 +19,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -49,6 +48,7 @@ from coddl.runtime.models import runtime_curves
 from coddl.runtime.paths import CLIENT_FILE, DEFAULT_PORT, SERVER_FILE, default_state_dir
 from coddl.runtime.store import Store, sqlite_url
 from coddl.scheduler import Scheduler
+from coddl.waiting import WaitTimeout, wait_until
 
 DEFAULT_POLICY = "afs-p"
 LOCAL_GPUS = 8
@@ -225,11 +225,13 @@ class HttpServer:
 
     def start(self, timeout: float = 30.0) -> None:
         self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise ConfigError(f"cannot listen on {self.host}:{self.port} (address in use or not this host's?)")
-            time.sleep(0.02)
+        try:
+            wait_until(lambda: self._server.started or not self._thread.is_alive(), timeout,
+                       f"not listening on {self.host}:{self.port}", interval=0.02)
+        except WaitTimeout:
+            pass
+        if not self._server.started:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port} (address in use or not this host's?)")
 
     @property
     def url(self) -> str:

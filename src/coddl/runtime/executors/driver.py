@@ -46,6 +46,7 @@ from coddl.runtime.executors.base import (
 )
 from coddl.runtime.isolation import Isolation
 from coddl.runtime.logs import last_line
+from coddl.waiting import WaitTimeout, wait_until
 
 _RELEASES = (ActionKind.SUSPEND, ActionKind.SHRINK)
 _BUSY = (JobPhase.STARTING, JobPhase.RESIZING, JobPhase.RECOVERING)
@@ -264,9 +265,17 @@ class ElasticExecutor:
 
     def _settle(self, job: ElasticJob | CommandJob) -> JobPhase:
         """Wait out a start, resize or recovery in progress (the job cannot be moved mid-change)."""
-        deadline = time.monotonic() + self.settings.start_timeout_s
-        while (phase := job.poll().phase) in _BUSY and time.monotonic() < deadline:
-            time.sleep(0.02)
+        phase = JobPhase.STARTING  # asked at once below
+
+        def settled() -> bool:
+            nonlocal phase
+            phase = job.poll().phase
+            return phase not in _BUSY
+
+        try:
+            wait_until(settled, self.settings.start_timeout_s, "the job did not settle", interval=0.02)
+        except WaitTimeout:
+            pass  # the caller decides what a job still busy means
         return phase
 
     @staticmethod

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from coddl.runtime.testbed.netns import LinkLimit, TestbedError, Wiring, list_namespaces, tear_down
+from coddl.waiting import WaitTimeout, wait_until
 
 RAY_PORT = 6379
 DEFAULT_PREFIX = "coddl-tb"
@@ -109,15 +110,19 @@ def _wait_for_nodes(tb: Testbed, deadline: float) -> None:
     """Until every node's raylet has registered with the head (asked from inside node 0)."""
     check = ("import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR');"
              "print(sum(1 for n in ray.nodes() if n['Alive']))")
-    while True:
+    alive = 0
+
+    def joined() -> bool:
+        nonlocal alive
         r = subprocess.run(["ip", "netns", "exec", tb.node_ns(0), sys.executable, "-c", check, tb.ray_address],
                            capture_output=True, text=True, env={**os.environ, **tb.node_env()}, timeout=UP_TIMEOUT_S)
         alive = int(r.stdout.split()[-1]) if r.returncode == 0 and r.stdout.split() else 0
-        if alive >= tb.spec.nodes:
-            return
-        if time.monotonic() > deadline:
-            raise TestbedError(f"only {alive} of {tb.spec.nodes} Ray nodes joined within {UP_TIMEOUT_S:.0f} s")
-        time.sleep(1.0)
+        return alive >= tb.spec.nodes
+
+    try:
+        wait_until(joined, deadline - time.monotonic(), "Ray nodes did not join", interval=1.0)
+    except WaitTimeout:
+        raise TestbedError(f"only {alive} of {tb.spec.nodes} Ray nodes joined within {UP_TIMEOUT_S:.0f} s") from None
 
 
 def up(spec: TestbedSpec) -> Testbed:
