@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coddl.core.clusterspec import load_cluster
+from coddl.clusterspec import load_cluster
 from coddl.core.job import JobSpec
 from coddl.perf.curves import load_coddl_curves
 from coddl.perf.heterogeneity import type_speed_matrix

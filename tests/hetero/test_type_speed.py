@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coddl.clusterspec import load_cluster
 from coddl.core.cluster import GpuType
-from coddl.core.clusterspec import load_cluster
 from coddl.perf.curves import load_coddl_curves
 from coddl.perf.heterogeneity import GAVEL_MATCH, gavel_job_type, reference_type, type_speed_matrix
 from coddl.perf.profiles import load_gavel_throughputs

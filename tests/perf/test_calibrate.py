@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from coddl.core.clusterspec import parse_yaml_spec
+from coddl.clusterspec import parse_yaml_spec
 from coddl.perf.calibrate import Calibration, calibrate, fit_fabric, learn_prior
 from coddl.perf.estimator import Estimator
 from coddl.perf.fabric import Fabric

@@ -15,7 +15,7 @@ import pytest
 from runtime_live import EXAMPLES, Server
 from testbed_live import BANDWIDTH_MBIT, coddl, leftovers, skip_reason
 
-from coddl.core.clusterspec import load_cluster
+from coddl.clusterspec import load_cluster
 from coddl.runtime.testbed.cluster import TestbedSpec
 from coddl.runtime.testbed.netns import (NO_NETEM, LinkLimit, TestbedError, Wiring, inside, namespace_pids,
                                        netem_available, parse_delay, parse_rate, tear_down)

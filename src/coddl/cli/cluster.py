@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from coddl.cli.errors import fail, user_errors
+from coddl.clusterspec import load_cluster
 from coddl.core.cluster import Cluster
-from coddl.core.clusterspec import load_cluster
 
 app = typer.Typer(help="inspect cluster specs", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False)

@@ -21,7 +21,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
 
     types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError, QueueError]
     try:
-        from coddl.core.clusterspec import ClusterSpecError
+        from coddl.clusterspec import ClusterSpecError
 
         types.append(ClusterSpecError)
     except ImportError:  # cluster specs are optional in minimal installs

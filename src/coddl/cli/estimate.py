@@ -52,7 +52,7 @@ def calibrate(
 ) -> None:
     """Fit the cluster's links (bandwidth and latency inside and between nodes) and collective
     algorithm from its measurements; write them with the prior new jobs start from."""
-    from coddl.core.clusterspec import load_cluster
+    from coddl.clusterspec import load_cluster
     from coddl.perf.calibrate import calibrate as fit
     from coddl.perf.fabric import ALGORITHMS
 

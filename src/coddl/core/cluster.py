@@ -67,13 +67,6 @@ class Cluster:
         return Cluster(nodes=nodes, gpu_types={gpu_type: GpuType(gpu_type)}, links=links or LinkSpec())
 
     @staticmethod
-    def from_file(path: str) -> "Cluster":
-        """A cluster from a YAML or Tiresias-CSV spec (see ``coddl.core.clusterspec``)."""
-        from coddl.core.clusterspec import load_cluster
-
-        return load_cluster(path)
-
-    @staticmethod
     def for_gpus(total_gpus: int, gpus_per_node: int = 8) -> "Cluster":
         """``--gpus N`` on the command line: N GPUs in nodes of ``gpus_per_node`` (last node smaller)."""
         if total_gpus < 1:

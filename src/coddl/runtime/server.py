@@ -26,8 +26,8 @@ from typing import Callable, ContextManager
 import uvicorn
 from fastapi import FastAPI
 
+from coddl.clusterspec import ClusterSpecError, load_cluster
 from coddl.core.cluster import Cluster
-from coddl.core.clusterspec import ClusterSpecError, load_cluster
 from coddl.policies.registry import make_policy
 from coddl.queues.config import load_queues
 from coddl.queues.policy import QueuedPolicy

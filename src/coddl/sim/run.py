@@ -40,7 +40,7 @@ class Prepared:
 
 def build_cluster(cfg: SimConfig) -> Cluster:
     if cfg.cluster:
-        from coddl.core.clusterspec import load_cluster
+        from coddl.clusterspec import load_cluster
 
         return load_cluster(cfg.cluster)
     return Cluster.for_gpus(cfg.gpus, cfg.gpus_per_node)

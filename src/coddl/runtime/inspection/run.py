@@ -40,7 +40,7 @@ class Inspection:
     extra: dict = field(default_factory=dict)
 
     def spec(self) -> dict:
-        """The cluster spec (the format ``core.clusterspec`` reads)."""
+        """The cluster spec (the format ``coddl.clusterspec`` reads)."""
         types: dict[str, dict] = {}
         for n in self.nodes:
             mem = n["device_memory_gb"] or round(n["memory_gb"] / max(1, n["slots"]), 1)
@@ -159,7 +159,7 @@ def inspect_ray(address: str, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int 
 
 def write_spec(inspection: Inspection, path: Path) -> None:
     """Write the spec and read it back through the spec reader, so what is written is what loads."""
-    from coddl.core.clusterspec import load_cluster
+    from coddl.clusterspec import load_cluster
 
     path.write_text(inspection.yaml())
     load_cluster(path)

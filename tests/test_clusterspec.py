@@ -9,10 +9,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from coddl.cli.cluster import app, render_cluster
-from coddl.core.cluster import Cluster
-from coddl.core.clusterspec import ClusterSpecError, load_cluster
+from coddl.clusterspec import ClusterSpecError, load_cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "clusters"
 TIRESIAS = ROOT / "src" / "coddl" / "data" / "traces" / "tiresias"
 
@@ -45,7 +44,7 @@ def test_bundled_examples_load(name, gpus, nodes, types):
 
 def test_yaml_spec_builds_nodes_types_links_and_switches(tmp_path):
     text = MIXED + "nodes_per_switch: 3\nlinks: {inter_node_gbps: 25, inter_node_latency_us: 8}\n"
-    c = Cluster.from_file(str(write(tmp_path, text)))
+    c = load_cluster(str(write(tmp_path, text)))
     assert [n.gpus for n in c.nodes] == [8, 8, 4, 4]
     assert [n.name for n in c.nodes] == ["n0", "n1", "n2", "n3"]
     assert [n.switch for n in c.nodes] == ["switch0", "switch0", "switch0", "switch1"]
