@@ -60,6 +60,8 @@ class Scheduler:
         self._cores_used = 0
         self.dirty = False
         self.steps = 0
+        self._own_curve: dict[JobId, int] = {}  # jobs planned on a curve of their own → its row
+        self._free_curves: list[int] = []  # rows of such curves whose job left
 
     # ------------------------------------------------------------------ events in
     def submit(self, spec: JobSpec, now: float, *, attained_service: float = 0.0,
@@ -95,6 +97,9 @@ class Scheduler:
             self._cores_used -= int(t.cpus[r])
         self._ever_ran.discard(job_id)
         self.samples.pop(job_id, None)
+        own = self._own_curve.pop(job_id, None)
+        if own is not None:
+            self._free_curves.append(own)
         spec, first_start, service, resizes, _ = t.remove(job_id)
         rec = JobRecord(spec, status.value, now, first_start, service, resizes)
         self.records.append(rec)
@@ -125,6 +130,41 @@ class Scheduler:
     def set_speed(self, job_id: JobId, factor: float) -> None:
         """Online correction: the job runs ``factor`` × its curve (policies see the corrected curve)."""
         self.table.speed[self.table.row[job_id]] = factor
+        self.dirty = True
+
+    def set_curve(self, job_id: JobId, rate: np.ndarray, max_gpus: int | None = None) -> None:
+        """Plan the job on a curve of its own (iterations/s on k = 0, 1, … GPUs; the real system's
+        estimate from the job's profile) instead of its model's: it becomes a row of ``curves``
+        that the policies read like any model's, at speed 1 (the curve is already corrected).
+        ``max_gpus`` is where more GPUs stop helping; the job's own limit still applies."""
+        t, curves = self.table, self.curves
+        r = t.row[job_id]
+        width = curves.kmax + 1
+        row = np.asarray(rate, dtype=float)[:width]
+        row = np.r_[row, np.full(width - row.size, row[-1])]
+        m = self._own_curve.get(job_id)
+        if m is None and self._free_curves:
+            m = self._free_curves.pop()
+        if m is None:  # a new row, copying the job's model's per-type speeds
+            m = len(curves.names)
+            names = [*curves.names, f"job:{job_id}"]
+            top = np.r_[curves.max_gpus, width - 1].astype(np.int64)
+            rates = np.vstack([curves.rate, row])
+            self.type_speed = np.hstack([self.type_speed, self.type_speed[:, t.model[r]: t.model[r] + 1]])
+        else:
+            names = list(curves.names)
+            names[m] = f"job:{job_id}"
+            top = curves.max_gpus.copy()
+            rates = curves.rate.copy()  # a new array: policies may cache what they derive from the old one
+            rates[m] = row
+        self.curves = CurveTable(names, rates, top)
+        self._own_curve[job_id] = m
+        t.model[r] = m
+        t.speed[r] = 1.0
+        if max_gpus is not None:
+            spec = t.specs[r]
+            limit = spec.max_gpus if spec.max_gpus is not None else max_gpus
+            t.max_gpus[r] = max(min(limit, self.cluster.total_gpus), min(spec.min_gpus, self.cluster.total_gpus))
         self.dirty = True
 
     # ------------------------------------------------------------------ the step

@@ -6,6 +6,7 @@ those logs from the outside.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,11 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
+from coddl.elastic import state
 from coddl.elastic.data import Position, SampleOrder
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import ColdLauncher, WorkerPool
 from coddl.elastic.protocol import Progress
+from coddl.elastic.session import INSPECT_STEPS, INSPECT_WARMUP
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +198,60 @@ def test_cold_launched_workers_train_and_stop_cleanly(tmp_path: Path) -> None:
         report = job.wait(120)
     assert report.phase is JobPhase.FINISHED and report.failures == 0 and report.progress.step == 30
     assert not any("Traceback" in p.read_text() for p in (job_dir / "logs").iterdir())
+
+
+INSPECTED_STEPS = 24
+
+
+def run_inspected(job_dir: Path, pool: WorkerPool, inspect: bool) -> tuple[dict, dict, object]:
+    """Train on 2 workers, growing to 3 after step 13 (usually inside the inspected steps); the final
+    checkpoint, each applied step's samples per rank, and rank 0's inspection report."""
+    cfg = config(job_dir, INSPECTED_STEPS, verify=False)
+    if inspect:  # what the controller sets for a job it has no profile of
+        cfg = dataclasses.replace(cfg, env={**cfg.env, "CODDL_INSPECT": "1"})
+    with ElasticJob(cfg, pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 13)  # steps 10-12 timed on 2 workers: 24 samples whole, halved, quartered
+        job.resize([0, 1, 2])
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.progress.step == INSPECTED_STEPS
+    logs: dict[int, list[list[tuple[int, int]]]] = defaultdict(list)
+    for path in job_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            logs[rec["step"]].append(sorted(tuple(s) for s in rec["samples"]))
+    return state.load_checkpoint(job_dir), logs, report.inspection
+
+
+def test_inspection_keeps_every_sample_once_and_the_same_updates(tmp_path: Path, pool: WorkerPool) -> None:
+    plain, plain_logs, none = run_inspected(tmp_path / "plain", pool, inspect=False)
+    timed, timed_logs, inspection = run_inspected(tmp_path / "timed", pool, inspect=True)
+    assert none is None
+
+    # every applied step is logged once per rank with this rank's whole slice, micro-batches or not:
+    # each global batch is exactly the next 48 samples, as without inspection
+    assert sorted(timed_logs) == sorted(plain_logs) == list(range(1, INSPECTED_STEPS + 1))
+    order = SampleOrder(SAMPLES, seed=0)
+    for logs in (plain_logs, timed_logs):
+        for step, ranks in logs.items():
+            expected = order.take(Position().advanced((step - 1) * GLOBAL_BATCH, SAMPLES), GLOBAL_BATCH)
+            assert sorted(s for r in ranks for s in r) == sorted(zip(expected.epochs, expected.indices)), step
+
+    # the same updates: parameters and Adam's moments agree to float rounding of the summed gradient
+    assert timed["step"] == plain["step"] == INSPECTED_STEPS and timed["samples"] == plain["samples"]
+    for name, p in plain["model"].items():
+        assert torch.allclose(timed["model"][name], p, rtol=1e-5, atol=1e-6), name
+    for k, s in plain["optimizer"]["state"].items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.allclose(timed["optimizer"]["state"][k][key], s[key], rtol=1e-4, atol=1e-9), (k, key)
+
+    # rank 0 timed its local batch (24 on 2 workers, 16 on 3) whole and as halves and quarters, in
+    # the inspected steps after the warm-up
+    assert inspection is not None and inspection.global_batch == GLOBAL_BATCH and inspection.local_batch is None
+    params = 16 * 32 + 32 + 32 + 1
+    assert inspection.param_bytes == 4 * params
+    sizes = {b for b, _ in inspection.timings}
+    assert {24, 12, 6} <= sizes <= {24, 12, 6, 16, 8, 4}
+    assert len(inspection.timings) == sum(1 << (s % 3) for s in range(INSPECT_STEPS - INSPECT_WARMUP))
+    # each timed batch slept STEP_SLEEP (10 ms) inside its forward and backward pass
+    assert all(0.01 <= s < 5 for _, s in inspection.timings) and inspection.step_overhead_s >= 0

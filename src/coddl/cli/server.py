@@ -1,4 +1,4 @@
-"""The real system's commands: ``server start``/``stop``, ``submit``, ``jobs``, ``show``, ``logs``,
+"""The real system's commands: ``server start``/``stop``, ``submit``, ``jobs``, ``show``, ``profile``, ``logs``,
 ``cancel``, ``cluster status`` and ``demo`` (``token`` is ``coddl.cli.tokens``). ``register(app)`` adds
 them to the ``coddl`` app.
 
@@ -199,6 +199,27 @@ def show(job_id: int = typer.Argument(..., metavar="JOB"), server: Optional[str]
     console.print(job_view(job))
 
 
+def profile(job_id: int = typer.Argument(..., metavar="JOB"),
+            out: Optional[Path] = typer.Option(None, "--out", help="also write its measured rows as a profile "
+                                                                 "table (.csv, .csv.gz, .parquet) for coddl estimate"),
+            server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
+            state_dir: Optional[Path] = StateOpt) -> None:
+    """A job's throughput profile: what its first steps measured, the estimator's belief after the
+    measured steps since, and the curve the scheduler plans it on."""
+    from coddl.perf.table import ProfileError, ProfileTable, write_profiles
+    from coddl.runtime.render import profile_view
+
+    with client_session(server, token, state_dir) as c:
+        record = c.profile(job_id)
+    console.print(profile_view(job_id, record))
+    if out is not None:
+        try:
+            n = write_profiles(ProfileTable.build([*record["profile"], *record["measured"]]), out)
+        except ProfileError as e:
+            fail(str(e))
+        console.print(f"wrote {n} rows to {escape(str(out))}")
+
+
 def logs(job_id: int = typer.Argument(..., metavar="JOB"),
          follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
          server: Optional[str] = ServerOpt, token: Optional[str] = TokenOpt,
@@ -252,8 +273,8 @@ def register(app: typer.Typer) -> None:
     server_app.command("start")(server_start)
     server_app.command("stop")(server_stop)
     app.add_typer(server_app, name="server")
-    for name, fn in (("submit", submit), ("jobs", jobs), ("show", show), ("logs", logs), ("cancel", cancel),
-                     ("demo", demo)):
+    for name, fn in (("submit", submit), ("jobs", jobs), ("show", show), ("profile", profile), ("logs", logs),
+                     ("cancel", cancel), ("demo", demo)):
         app.command(name)(fn)
     group = next((g for g in app.registered_groups if g.name == "cluster"), None)
     if group is not None and group.typer_instance is not None:

@@ -14,7 +14,9 @@ from coddl.elastic.kvstore import KVServer, KVState, LocalStore, new_secret
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
+    INSPECTION_KEY,
     PROGRESS_KEY,
+    Inspection,
     Membership,
     Progress,
     arrived_key,
@@ -92,6 +94,16 @@ class Coordinator:
             return Progress.loads(raw)
         except (ValueError, TypeError, KeyError):
             return None  # not a report rank 0 wrote: the job's own code overwrote it
+
+    def inspection(self) -> Inspection | None:
+        """Rank 0's measurements of the job's first steps, once it has reported them."""
+        raw = self.state.data.get(INSPECTION_KEY)
+        if raw is None:
+            return None
+        try:
+            return Inspection.loads(raw)
+        except (ValueError, TypeError, KeyError):
+            return None  # not a report rank 0 wrote
 
     def finished(self) -> bool:
         return self.store.check([FINISHED_KEY])

@@ -43,6 +43,7 @@ from coddl.elastic.protocol import (
     REASON_RESTART,
     REASON_START,
     REASON_STOP,
+    Inspection,
     Membership,
     Progress,
     WorkerEnv,
@@ -101,6 +102,7 @@ class JobReport:
     failures: int
     restarts: int
     reason: str | None = None  # why the job failed, or the newest worker failure's cause
+    inspection: Inspection | None = None  # rank 0's timings of the job's first steps (CODDL_INSPECT)
 
 
 @dataclass(eq=False)
@@ -263,6 +265,7 @@ class ElasticJob(WorkerGroup):
                 failures=self._failures,
                 restarts=self._restarts,
                 reason=self._reason,
+                inspection=self.coordinator.inspection(),
             )
 
     def ended(self) -> bool:

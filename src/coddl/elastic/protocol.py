@@ -19,6 +19,7 @@ Environment of a worker (set by the executor; ``WorkerEnv.from_environ`` reads i
     CODDL_REPORT_S          seconds between progress reports by rank 0, default 0.5
     CODDL_SEED              seed of the data permutation and of the initial RNG state, default 0
     CODDL_VERIFY            "1": every rank reports a hash of its training state after each regroup
+    CODDL_INSPECT           "1": time the job's first steps for the estimator (job inspection, below)
     CODDL_SLOT              the logical GPU slot this worker occupies (informational)
     CUDA_VISIBLE_DEVICES    the slot's physical GPU, when CUDA exists
 
@@ -32,6 +33,7 @@ Store keys (values are ASCII; JSON where structured)::
     gen{g}/complete         set by the last ready rank: generation g is training
     gen{g}/hash/{rank}      with CODDL_VERIFY: sha256 of that rank's model + optimizer state
     progress                JSON Progress, written by rank 0 every CODDL_REPORT_S
+    inspection              JSON Inspection, written once by rank 0 after its first steps (CODDL_INSPECT)
     finished                set by rank 0 when training reached its end
     failure/{worker}        JSON Failure: why that worker's script failed (see ``coddl.elastic.failure``)
 
@@ -70,6 +72,7 @@ from typing import Mapping
 
 GENERATION_KEY = "generation"
 PROGRESS_KEY = "progress"
+INSPECTION_KEY = "inspection"
 FINISHED_KEY = "finished"
 
 REASON_START = "start"
@@ -170,6 +173,61 @@ class Progress:
 
 _PROGRESS_FIELDS = {f.name for f in fields(Progress)}
 
+MAX_TIMINGS = 64
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """Rank 0's measurements of the job on its own device, for the estimator's one-GPU profile
+    (``coddl.perf.inspection``): the bytes it all-reduces per step, the forward and backward time
+    of each timed (micro-)batch as (local batch, seconds), and the per-step cost outside them
+    (flattening gradients, the optimizer's update) measured without the collectives' waits.
+    ``global_batch`` or ``local_batch`` is the batch rule the script asked for."""
+
+    param_bytes: int
+    timings: tuple[tuple[int, float], ...]
+    step_overhead_s: float
+    global_batch: int | None
+    local_batch: int | None
+
+    def dumps(self) -> str:
+        d = asdict(self)
+        d["timings"] = [list(t) for t in self.timings]
+        return json.dumps(d)
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> Inspection:
+        """A report read back; as with ``Progress``, anything rank 0 could not have written (the
+        job's own code can write its store) raises ValueError."""
+        if len(raw) > 8192:
+            raise ValueError("not an inspection report")
+        d = json.loads(raw)
+        if not isinstance(d, dict) or set(d) != _INSPECTION_FIELDS:
+            raise ValueError("not an inspection report")
+        if type(d["param_bytes"]) is not int or not 0 <= d["param_bytes"] <= 2**53:
+            raise ValueError("inspection: param_bytes: not a count")
+        for name in ("global_batch", "local_batch"):
+            if d[name] is not None and (type(d[name]) is not int or not 1 <= d[name] <= MAX_COUNT):
+                raise ValueError(f"inspection: {name}: not a batch size")
+        if (d["global_batch"] is None) == (d["local_batch"] is None):
+            raise ValueError("inspection: exactly one of global_batch and local_batch")
+        t = d["timings"]
+        if not isinstance(t, list) or not 1 <= len(t) <= MAX_TIMINGS:
+            raise ValueError(f"inspection: timings: 1 to {MAX_TIMINGS} pairs")
+        timings = []
+        for pair in t:
+            if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 1 <= pair[0] <= MAX_COUNT
+                    and type(pair[1]) in (int, float) and math.isfinite(pair[1]) and pair[1] > 0):
+                raise ValueError("inspection: timings: (local batch, seconds > 0) pairs")
+            timings.append((pair[0], float(pair[1])))
+        v = d["step_overhead_s"]
+        if type(v) not in (int, float) or not math.isfinite(v) or v < 0:
+            raise ValueError("inspection: step_overhead_s: not a finite number >= 0")
+        return cls(d["param_bytes"], tuple(timings), float(v), d["global_batch"], d["local_batch"])
+
+
+_INSPECTION_FIELDS = {f.name for f in fields(Inspection)}
+
 
 @dataclass(frozen=True)
 class WorkerEnv:
@@ -186,6 +244,7 @@ class WorkerEnv:
     report_s: float = 0.5
     seed: int = 0
     verify: bool = False
+    inspect: bool = False
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> WorkerEnv:
@@ -202,6 +261,7 @@ class WorkerEnv:
             report_s=float(environ.get("CODDL_REPORT_S", "0.5")),
             seed=int(environ.get("CODDL_SEED", "0")),
             verify=environ.get("CODDL_VERIFY", "") == "1",
+            inspect=environ.get("CODDL_INSPECT", "") == "1",
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -215,6 +275,8 @@ class WorkerEnv:
             "CODDL_SEED": str(self.seed),
             "CODDL_VERIFY": "1" if self.verify else "0",
         }
+        if self.inspect:  # only when asked: the launcher's own env may carry the controller's request
+            env["CODDL_INSPECT"] = "1"
         if self.store_addr:
             env["CODDL_STORE_ADDR"] = self.store_addr
         if self.store_key:

@@ -5,6 +5,19 @@ Every rank runs the same loop; the step boundary (inside ``step()``, after the o
 the only place where the world size changes, so user code never sees a half-applied resize. See
 ``coddl.elastic.protocol`` for how membership changes reach the ranks.
 
+Job inspection (CODDL_INSPECT=1, set by the controller for a job it has no profile of): after
+``INSPECT_WARMUP`` steps (the first steps of a fresh process run slow: allocations, caches, the
+other ranks still starting), each rank hands its local batch out as 1, 2 or 4 micro-batches in
+turn for ``INSPECT_ROUNDS`` rounds, and the script's forward and backward pass over each is timed
+(from the batch handed out to ``step()``). ``step()`` on a micro-batch that is not the step's last keeps its gradient, weighted by
+its share of the global batch, and applies nothing; the step's last one adds them up, all-reduces
+and updates once. Every sample is trained on exactly once and the update is the one the whole local
+batch gives (equal up to floating-point rounding of the sum), so inspection costs the user nothing
+but the micro-batches' lower efficiency during those steps. What rank 0 measured — gradient bytes,
+compute seconds per local batch, the step's own overhead — goes to the store once (``Inspection``).
+A model whose forward pass depends on the batch as a whole (batch normalisation) sees micro-batches
+there, as it sees smaller local batches when the job runs on more GPUs.
+
 Gradients are averaged by our own all-reduce instead of DistributedDataParallel: DDP binds itself to
 one process group and would have to be rebuilt on every regroup, and owning the all-reduce lets a
 three-number control message (loss, loss weight, newest generation) ride along in the same step.
@@ -34,10 +47,12 @@ from coddl.elastic.kvstore import KVClient
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
+    INSPECTION_KEY,
     PROGRESS_KEY,
     REASON_FAILURE,
     REASON_RESTART,
     REASON_START,
+    Inspection,
     Membership,
     Progress,
     WorkerEnv,
@@ -52,6 +67,10 @@ from coddl.waiting import WaitTimeout, wait_until
 
 
 REPLICA_CHECK_STEPS = 10  # every this many steps the ranks compare a digest of their parameters
+INSPECT_SPLITS = (1, 2, 4)  # micro-batches per step while inspecting, in turn: local batches b, b/2, b/4
+INSPECT_ROUNDS = 3  # each split this many times (the median counts)
+INSPECT_WARMUP = 10  # whole steps before the timed ones
+INSPECT_STEPS = INSPECT_WARMUP + len(INSPECT_SPLITS) * INSPECT_ROUNDS  # the job's inspected steps end here
 
 _opened = False  # whether this process ever entered a session (a job's script must)
 _current: Session | None = None
@@ -75,10 +94,37 @@ class Departed(SystemExit):
 
 @dataclass
 class _Pending:
-    """The local batch handed to the user and not yet stepped on."""
+    """The (micro-)batch handed to the user and not yet stepped on; ``whole`` is this rank's whole
+    slice of the step, and ``final`` whether stepping on this batch completes the step."""
 
     samples: Samples
     global_size: int
+    whole: Samples
+    final: bool = True
+    handed_at: float = 0.0
+
+
+@dataclass
+class _Carry:
+    """Weighted gradients and loss of a step's micro-batches stepped on so far (inspection)."""
+
+    flats: list[torch.Tensor]
+    loss_sum: float
+    loss_weight: float
+
+
+@dataclass
+class _Probe:
+    """Rank-local timings of the inspected steps."""
+
+    timings: list[tuple[int, float]]
+    overheads: list[float]
+
+    @staticmethod
+    def splits(step: int, local: int) -> int:
+        if step < INSPECT_WARMUP:
+            return 1
+        return max(1, min(INSPECT_SPLITS[(step - INSPECT_WARMUP) % len(INSPECT_SPLITS)], local))
 
 
 @dataclass
@@ -118,6 +164,9 @@ class Session:
         self._regroup_s: float | None = None
         self._stepping = False  # inside our own optimizer.step()
         self._probe: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # see _replica_digest
+        self._inspecting: _Probe | None = None  # timings of the first steps (CODDL_INSPECT)
+        self._carry: _Carry | None = None
+        self._rule: BatchRule | None = None
         self._hook: Any = None
 
     # ---- context ---------------------------------------------------------------------------------
@@ -183,7 +232,8 @@ class Session:
 
     @property
     def last_samples(self) -> list[tuple[int, int]]:
-        """(epoch, dataset index) of each sample in the last batch this rank handed out."""
+        """(epoch, dataset index) of each sample in the last batch this rank handed out; once
+        ``step()`` has applied a step made of micro-batches (inspection), every sample of the step."""
         s = self._last_samples
         return list(zip(s.epochs, s.indices)) if s is not None else []
 
@@ -216,9 +266,11 @@ class Session:
         """
         if self._model is None:
             raise RuntimeError("call s.wrap(model, optimizer) before s.batches()")
-        rule = BatchRule(global_batch, local_batch)
+        rule = self._rule = BatchRule(global_batch, local_batch)
         order = SampleOrder(len(dataset), self._env.seed)
         self._dataset_len = order.dataset_len
+        if self._env.inspect and self._counters.step < INSPECT_STEPS:
+            self._inspecting = _Probe([], [])
         while True:
             if self._departing:
                 raise Departed()
@@ -229,42 +281,68 @@ class Session:
             self._global_batch = rule.global_size(self.world_size)
             batch = order.take(self._counters.position, self._global_batch, epochs)
             mine = batch.slice(*local_range(len(batch), self.world_size, self._rank))
-            self._pending = _Pending(mine, len(batch))
-            self._last_samples = mine
             if len(mine) == 0:  # a final, truncated batch smaller than the world: contribute nothing
+                self._pending = _Pending(mine, len(batch), mine)
+                self._last_samples = mine
                 self.step()
                 continue
-            yield tree_map(self._to_device, collate_fn(_fetch(dataset, mine.indices)))
-            if self._pending is not None:
-                raise RuntimeError("call s.step() once for every batch from s.batches()")
+            parts = 1 if self._inspecting is None else _Probe.splits(self._counters.step, len(mine))
+            for i in range(parts):
+                part = mine if parts == 1 else mine.slice(*local_range(len(mine), parts, i))
+                self._pending = _Pending(part, len(batch), mine, final=i == parts - 1)
+                self._last_samples = part
+                data = tree_map(self._to_device, collate_fn(_fetch(dataset, part.indices)))
+                self._pending.handed_at = time.perf_counter()
+                yield data
+                if self._pending is not None:
+                    raise RuntimeError("call s.step() once for every batch from s.batches()")
         self._finish()
 
     def step(self, loss: torch.Tensor | float | None = None) -> bool:
         """Average the gradients over all ranks, apply the optimizer, zero the gradients and advance
         the data position; then, at this step boundary, carry out any new membership.
 
-        Returns False when the step was lost to a worker failure: the ranks have then been re-formed
-        and re-synced from the survivor with the most progress, and training simply continues.
+        Returns whether this call applied an update: False when the step was lost to a worker
+        failure (the ranks have then been re-formed and re-synced from the survivor with the most
+        progress, and training simply continues) and for a micro-batch that is not its step's last
+        (job inspection: the update comes with the step's last micro-batch).
         """
+        entered = time.perf_counter()
         pending, self._pending = self._pending, None
         if pending is None:
             raise RuntimeError("s.step() needs a batch from s.batches() first")
+        probe = self._inspecting if self._counters.step >= INSPECT_WARMUP else None
+        if probe is not None and len(pending.samples):
+            probe.timings.append((len(pending.samples), entered - pending.handed_at))
         weight = len(pending.samples) / pending.global_size  # the mean-loss gradient of the global batch
-        loss_value = float(loss.detach() if isinstance(loss, torch.Tensor) else (loss or 0.0))
+        loss_sum = float(loss.detach() if isinstance(loss, torch.Tensor) else (loss or 0.0)) * weight
+        loss_weight = weight if loss is not None else 0.0
+        if not pending.final:
+            self._keep(weight, loss_sum, loss_weight)
+            return False
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            loss_sum += carry.loss_sum
+            loss_weight += carry.loss_weight
         newest = self._store.add(GENERATION_KEY, 0) if self._rank == 0 else 0
         check = self._counters.step % REPLICA_CHECK_STEPS == 0
         digest = self._replica_digest() if check else 0
-        control = torch.tensor([loss_value * weight, weight if loss is not None else 0.0, newest, digest,
+        control = torch.tensor([loss_sum, loss_weight, newest, digest,
                                 digest * digest], dtype=torch.float64, device=self.device)
         buckets = self._gradient_buckets(weight)
+        if carry is not None:
+            for (flat, _), kept in zip(buckets, carry.flats):
+                flat.add_(kept)
         works = [dist.all_reduce(control, async_op=True)]
         works += [dist.all_reduce(flat, async_op=True) for flat, _ in buckets]
+        waiting = time.perf_counter()
         try:
             for work in works:
                 group.wait(work, self._failure_announced)
         except group.CollectiveFailed:
             self._recover(works)
             return False
+        waited = time.perf_counter() - waiting
         loss_sum, loss_weight, target, digests, squares = control.tolist()
         if check and self.world_size * int(squares) != int(digests) ** 2:  # equal iff every rank's digest is
             raise ScriptMistake(
@@ -284,6 +362,11 @@ class Session:
         self._counters.samples += pending.global_size
         self._counters.position = self._counters.position.advanced(pending.global_size, self._dataset_len)
         self._has_state = self._clean = True
+        self._last_samples = pending.whole
+        if probe is not None:
+            probe.overheads.append(time.perf_counter() - entered - waited)
+        if self._inspecting is not None and self._counters.step >= INSPECT_STEPS:
+            self._inspected()
         self._account(pending.global_size, loss_sum, loss_weight)
         if int(target) > self.generation:
             self._transition(int(target))
@@ -448,6 +531,30 @@ class Session:
             buckets.append((torch._utils._flatten_dense_tensors(grads).mul_(weight), params))
         return buckets
 
+    def _keep(self, weight: float, loss_sum: float, loss_weight: float) -> None:
+        """A micro-batch that does not end its step: keep its weighted gradient and loss for the
+        step's last micro-batch, and clear the gradients for the next one."""
+        flats = [flat for flat, _ in self._gradient_buckets(weight)]
+        if self._carry is None:
+            self._carry = _Carry(flats, loss_sum, loss_weight)
+        else:
+            for kept, flat in zip(self._carry.flats, flats):
+                kept.add_(flat)
+            self._carry.loss_sum += loss_sum
+            self._carry.loss_weight += loss_weight
+        self._optimizer.zero_grad(set_to_none=True)
+
+    def _inspected(self) -> None:
+        """The inspected steps are over: rank 0 reports what it timed (if anything: a rank that joined
+        after them has nothing), and every rank goes back to whole local batches."""
+        probe, self._inspecting = self._inspecting, None
+        if self._rank != 0 or probe is None or not probe.timings or self._rule is None:
+            return
+        param_bytes = sum(p.numel() * p.element_size() for p in self._model.parameters() if p.requires_grad)
+        report = Inspection(int(param_bytes), tuple(probe.timings[-64:]), float(np.median(probe.overheads)),
+                            self._rule.global_batch, self._rule.local_batch)
+        self._store.set(INSPECTION_KEY, report.dumps())
+
     def _account(self, samples: int, loss_sum: float, loss_weight: float) -> None:
         w = self._window
         w.steps += 1
@@ -490,6 +597,8 @@ class Session:
 
     def _finish(self) -> None:
         """End of training: rank 0 saves and reports; nobody exits before that is on record."""
+        if self._inspecting is not None:  # training ended within the inspected steps
+            self._inspected()
         if self._rank == 0:
             self._checkpoint()
             self._report()

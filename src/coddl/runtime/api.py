@@ -164,6 +164,15 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
         d["samples"] = [asdict(s) for s in store.samples(job_id)]
         return SafeJSONResponse(d)
 
+    @app.get("/jobs/{job_id}/profile", summary="the job's throughput profile: what its first steps measured, the "
+                                              "estimator's belief and the curve the scheduler plans it on")
+    def profile(job_id: int, u: User = Depends(user)) -> SafeJSONResponse:
+        owned(job_id, u)
+        record = store.profile(job_id)
+        if record is None:
+            raise HTTPException(404, f"job {job_id}: no profile yet (an elastic job reports one after its first steps)")
+        return SafeJSONResponse(record)
+
     @app.get("/jobs/{job_id}/logs", summary="the job's worker output; follow=true streams until it ends")
     def logs(job_id: int, follow: bool = False, u: User = Depends(user)) -> StreamingResponse:
         owned(job_id, u)

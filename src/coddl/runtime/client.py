@@ -114,6 +114,9 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         return self._call("GET", f"/jobs/{job_id}")
 
+    def profile(self, job_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/jobs/{job_id}/profile")
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._call("DELETE", f"/jobs/{job_id}")
 

@@ -7,10 +7,20 @@ changed — an arrival, an exit, a cancel — when the policy asked to be woken,
 period to fold in corrected throughput estimates. Every plan is persisted before the executor gets
 it; every state change is persisted before the scheduler forgets the job.
 
-Online correction: each progress report is one throughput sample. Measured ÷ predicted (the curve
-at the job's world size) feeds a per-job ``OnlineCorrection``; the factor reaches the scheduler
-(``set_speed``) at the next period, and only when it moved by more than ``speed_tolerance`` — a
-policy re-run on every noisy sample would resize jobs back and forth for nothing.
+Estimation: an elastic job the store holds no profile of is launched with inspection on
+(``CODDL_INSPECT``): its first steps time its compute at several local batches, and its report
+becomes the job's profile (``coddl.runtime.estimation``), stored, after which the job is planned on
+the estimator's curve for this cluster (``Scheduler.set_curve``) and placed with the estimator as the
+placer's scorer. Until then a known model name plans it on that model's measured curve, any other
+on the conservative default (``coddl.runtime.models``).
+
+Online correction: each progress report is one throughput sample. For a profiled job it is a row at
+the placement it ran on, folded into the job's belief by the estimator's own correction once per
+period; the corrected curve replaces the job's when it moved by more than ``speed_tolerance``
+anywhere. For any other job measured ÷ predicted (the curve at the job's world size) feeds a
+per-job ``OnlineCorrection``; the factor reaches the scheduler (``set_speed``) at the next period,
+and only when it moved by more than ``speed_tolerance`` — a policy re-run on every noisy sample
+would resize jobs back and forth for nothing.
 
 Recovery: on start, the store hands back every unfinished job; they are submitted again with the
 work they have left, the GPU-seconds they had received and their first start time (persisted each
@@ -42,15 +52,17 @@ from coddl.runtime.executors.base import (
     AppliedEvent,
     Executor,
     ExitEvent,
+    InspectionEvent,
     LaunchSpec,
     ProgressEvent,
     WorkerLostEvent,
     WorkersEvent,
 )
+from coddl.runtime.estimation import Estimates
 from coddl.runtime.lease import LeaseLost
 from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
-from coddl.runtime.spec import STORED, JobFile, SpecError, validate
+from coddl.runtime.spec import DEFAULT_MODEL, STORED, JobFile, SpecError, validate
 from coddl.runtime.store import JobView, ProgressUpdate, Store
 from coddl.scheduler import Scheduler
 
@@ -79,6 +91,9 @@ class Controller:
         self._sampled: dict[JobId, float] = {}  # when a job's history last kept a report
         self._unsampled: dict[JobId, ProgressUpdate] = {}  # the newest report it did not keep
         self._held: set[JobId] = set()  # jobs that can never fit this cluster: queued, never planned
+        self.estimates = Estimates(scheduler.cluster)  # inspected jobs: profiles, beliefs, curves
+        self._labels: dict[JobId, str] = {}  # the model name each job's profile rows carry
+        scheduler.placer.scorer = self._score
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._soon: list[Callable[[], None]] = []  # changes to the scheduler from other threads
@@ -182,8 +197,21 @@ class Controller:
         first_start = None if job.started_at is None else min(max(arrival, job.started_at - self.epoch), now)
         self.scheduler.submit(spec.to_core(jid, arrival, job.owner, curve, job.steps_done), now,
                               attained_service=job.attained_service, first_start=first_start)
+        self._labels[jid] = spec.model if spec.model != DEFAULT_MODEL else f"job-{jid}"
+        env = spec.environment()
+        stored = self.store.profile(job.id) if spec.kind == "elastic" else None
+        if stored is not None:
+            try:
+                self.estimates.restore(jid, stored)
+                self._plan_on_estimate(jid)
+            except (KeyError, TypeError, ValueError) as e:  # a profile this version cannot read: inspect again
+                log.warning("job %s: stored profile unusable (%s); inspecting it again", jid, e)
+                self.estimates.forget(jid)
+                stored = None
+        if stored is None and spec.kind == "elastic":
+            env["CODDL_INSPECT"] = "1"
         entry, args = spec.entry_and_args()
-        self.executor.register(LaunchSpec(jid, entry, args, spec.environment(), self.jobs_dir / jid, job.owner,
+        self.executor.register(LaunchSpec(jid, entry, args, env, self.jobs_dir / jid, job.owner,
                                           spec.kind, spec.restartable, spec.grace_s))
         self._corrections[jid] = OnlineCorrection()
         self._pushed[jid] = 1.0
@@ -251,6 +279,8 @@ class Controller:
                     self._unsampled[jid] = u
                 progress.append(u)
                 self._observe(jid, ev, now)
+            elif isinstance(ev, InspectionEvent):
+                self._inspected(jid, ev)
             elif isinstance(ev, AppliedEvent):
                 self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
             elif isinstance(ev, WorkersEvent):
@@ -275,15 +305,66 @@ class Controller:
         if not gpus or ev.world_size < 1 or ev.steps_per_s <= 0:
             return
         s.set_rate(jid, ev.steps_per_s, now)
-        nodes = len(np.unique(s.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)]))
-        s.observe(jid, ThroughputSample(time=now, gpus=ev.world_size, nodes=nodes,
+        per_node = np.bincount(s.cluster.node_of_gpu[np.asarray(gpus, dtype=np.int64)])
+        per_node = per_node[per_node > 0]
+        s.observe(jid, ThroughputSample(time=now, gpus=ev.world_size, nodes=len(per_node),
                                         cpus=len(s.allocation.cores.get(jid, ())), rate=ev.steps_per_s,
                                         progress=float(ev.step), loss=ev.loss))
+        if jid in self.estimates:
+            if ev.world_size == len(gpus):  # a report from before a resize belongs to no placement held now
+                self.estimates.observe(jid, tuple(int(c) for c in per_node), ev.steps_per_s)
+            return
         m = int(s.table.model[s.table.row[jid]])
         predicted = float(s.curves.rate[m, min(ev.world_size, s.curves.kmax)])
         self._corrections[jid].observe(predicted, ev.steps_per_s)
 
+    def _inspected(self, jid: JobId, ev: InspectionEvent) -> None:
+        """The job timed its first steps: build, store and plan on its profile."""
+        s = self.scheduler
+        gpus = s.allocation.gpus.get(jid, ())
+        node = s.cluster.nodes[int(s.cluster.node_of_gpu[gpus[0]])] if gpus else s.cluster.nodes[0]
+        try:
+            est = self.estimates.inspected(jid, self._labels[jid], node.gpu_type, ev.inspection)
+        except ValueError as e:  # timings no model fits (say, all zero): keep planning it as before
+            self.store.record_event(int(jid), "inspected", ev.at, f"no profile: {e}")
+            return
+        rate, useful = self._plan_on_estimate(jid)
+        self.store.save_profile(int(jid), est.record(rate, useful), ev.at)
+        m = est.model
+        self.store.record_event(int(jid), "inspected", ev.at,
+                                f"{m.param_bytes / 1e6:.3g} MB of gradients, one-GPU step {m.t_ref * 1e3:.3g} ms "
+                                f"at local batch {m.b_ref:.3g}, fixed share {m.fixed_share:.2f}")
+
+    def _plan_on_estimate(self, jid: JobId) -> tuple[np.ndarray, int]:
+        rate, useful = self.estimates.curve(jid, self.scheduler.cluster.total_gpus)
+        self.scheduler.set_curve(jid, rate, useful)
+        self._corrections.pop(jid, None)
+        self._pushed.pop(jid, None)
+        return rate, useful
+
+    def _correct_estimates(self) -> None:
+        """Fold each profiled job's reports of the last period into its belief; re-plan on the new
+        curve when it moved by more than the tolerance anywhere."""
+        s = self.scheduler
+        for jid in list(self.estimates.jobs):
+            if jid not in s.table.row or not self.estimates.correct(jid):
+                continue
+            rate, useful = self.estimates.curve(jid, s.cluster.total_gpus)
+            old = s.curves.rate[int(s.table.model[s.table.row[jid]]), : rate.size]
+            moved = np.abs(rate[1:] / np.maximum(old[1:], 1e-300) - 1.0).max()
+            self.store.save_profile(int(jid), self.estimates.jobs[jid].record(rate, useful), time.time())
+            if moved > self.settings.speed_tolerance:
+                s.set_curve(jid, rate, useful)
+
+    def _score(self, jid: JobId, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
+        """The placer's scorer: the estimator for a profiled job; otherwise its GPUs at the slowest one's pace."""
+        if jid in self.estimates:
+            return self.estimates.shape_rate(jid, gpus_per_node, gpu_types)
+        cluster = self.scheduler.cluster
+        return sum(gpus_per_node) * min(cluster.gpu_type_of(t).speed for t in gpu_types)
+
     def _push_speeds(self) -> None:
+        self._correct_estimates()
         tol = self.settings.speed_tolerance
         for jid, corr in self._corrections.items():
             if corr.samples and abs(corr.factor / self._pushed[jid] - 1.0) > tol:
@@ -307,6 +388,8 @@ class Controller:
             self.store.record_service({int(j): float(s) for j, s in zip(t.ids, t.attained_service(now))})
 
     def _forget(self, jid: JobId) -> None:
+        self.estimates.forget(jid)
+        self._labels.pop(jid, None)
         self._corrections.pop(jid, None)
         self._pushed.pop(jid, None)
         self._sampled.pop(jid, None)

@@ -1,11 +1,14 @@
-"""Throughput curves for real jobs: the measured CoDDL models plus one assumed curve for the rest.
+"""Throughput curves for real jobs before their own profile arrives: the measured CoDDL models plus
+one assumed curve for the rest.
 
-A job names its model for the estimator. A name with a measured curve uses it; any other name gets
-the ``default`` curve, near-linear (5 % efficiency lost per extra GPU, up to 64 GPUs). Either way the
-job's measured throughput then corrects the curve online (one factor per job, see
-``coddl.perf.correction``), so an unknown model starts with a reasonable shape and the right scale
-arrives with its first progress reports. One shared default row suffices because the correction is
-per job: per-name copies of the same assumed curve would add nothing.
+A job may name its model. A name with a measured curve uses it as a prior; any other name, or none,
+gets the ``default`` curve, a conservative one (Amdahl's law with a quarter of the one-GPU step not
+parallel: 2.9× on 8 GPUs, never above 4×), so that a job nothing is known about is not handed many
+GPUs it may not use. Either curve lasts only until the job's inspection of its first steps reports
+(``coddl.runtime.estimation``: from then on the estimator plans it); meanwhile the job's measured
+throughput corrects it online (one factor per job, see ``coddl.perf.correction``). One shared default
+row suffices because the correction is per job: per-name copies of the same assumed curve would add
+nothing.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from coddl.perf.curves import CurveTable, load_coddl_curves
 
 DEFAULT_CURVE = "default"
 DEFAULT_MAX_GPUS = 64
-LOSS_PER_EXTRA_GPU = 0.05
+SERIAL_SHARE = 0.25
 
 
 def default_points(kmax: int = DEFAULT_MAX_GPUS) -> dict[int, float]:
-    """Iterations/s on k GPUs relative to one GPU: k / (1 + 0.05 (k − 1))."""
-    return {k: k / (1.0 + LOSS_PER_EXTRA_GPU * (k - 1)) for k in range(1, kmax + 1)}
+    """Iterations/s on k GPUs relative to one GPU: k / (1 + 0.25 (k − 1))."""
+    return {k: k / (1.0 + SERIAL_SHARE * (k - 1)) for k in range(1, kmax + 1)}
 
 
 def runtime_curves() -> CurveTable:

@@ -176,6 +176,31 @@ def job_view(job: dict[str, Any]) -> Group:
     return Group(head, events)
 
 
+def profile_view(job_id: int, p: dict[str, Any]) -> Group:
+    """``coddl profile``: the job's one-GPU rows, the belief and the curve it is planned on."""
+    b = p["belief"]
+    batch = f"global batch {p['global_batch']}" if p.get("global_batch") else f"local batch {p['local_batch']}"
+    head = Text(f"job {job_id}: {p['profile'][0]['param_bytes'] / 1e6:.3g} MB of gradients per step, {batch}; "
+                f"one-GPU step {b['t_ref_s'] * 1e3:.3g} ms at local batch {b['b_ref']:.3g}, fixed share "
+                f"{b['fixed_share']:.2f}, communication efficiency {b['comm_efficiency']:.3g}, overlap γ "
+                f"{b['overlap_gamma']:.2f}; {b['measured_steps']} measured placements folded in")
+    rows = Table(title="measured (profile format)", title_justify="left")
+    for col in ("GPUs", "placement", "local batch", "iterations/s"):
+        rows.add_column(col, justify="right")
+    for r in [*p["profile"], *p["measured"]]:
+        rows.add_row(str(r["gpus"]), "+".join(str(g) for g in r["placement"]), f"{r['local_batch']:.4g}",
+                     f"{r['iterations_per_s']:.4g}")
+    curve = Table(title=f"planned curve (useful up to {p['useful_gpus']} GPUs)", title_justify="left")
+    curve.add_column("GPUs", justify="right")
+    curve.add_column("iterations/s", justify="right")
+    curve.add_column("speed-up", justify="right")
+    n = len(p["curve"])
+    for k, r in enumerate(p["curve"], start=1):
+        if k <= 8 or k & (k - 1) == 0 or k in (n, p["useful_gpus"]):  # a big cluster's curve in powers of two
+            curve.add_row(str(k), f"{r:.4g}", f"{r / p['curve'][0]:.2f}×")
+    return Group(head, rows, curve)
+
+
 def cluster_view(c: dict[str, Any]) -> Group:
     head = Text(f"{c['executor']} executor, policy {c['policy']}: {c['gpus_in_use']}/{c['total_gpus']} GPUs in use; "
                 + ", ".join(f"{n} {s}" for s, n in sorted(c["jobs"].items())))

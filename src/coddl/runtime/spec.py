@@ -113,8 +113,9 @@ class JobFile(StoredInput):
                                        "preempted, resized or cancelled")
     entrypoint: str | None = Field(None, description="instead of command: a `package.module:function` to call")
     args: list[str] = Field(default_factory=list, description="arguments of the entrypoint (sys.argv[1:])")
-    model: str = Field(DEFAULT_MODEL, description="the model's name for the throughput estimator (a measured curve, or the "
-                                   "default curve for any other name)")
+    model: str = Field(DEFAULT_MODEL, description="optional: the model's name, whose bundled curve (if any) plans the job "
+                                                 "until its first steps report its own profile; any other name, "
+                                                 "or none, starts on a conservative default curve")
     min_gpus: int = Field(1, ge=1, le=MAX_STORE_INT, strict=True,
                           description="the fewest GPUs the job runs on (all of one GPU type)")
     max_gpus: int | None = _count("the most GPUs the scheduler may give it (default: no limit)",

@@ -151,6 +151,17 @@ class SampleRow(Base):
     loss: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
+class ProfileRow(Base):
+    """A job's throughput profile as its inspection measured it and the controller corrected it
+    (``coddl.runtime.estimation``): its one-GPU rows, the measured rows folded in and its belief."""
+
+    __tablename__ = "profiles"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    profile: Mapped[dict] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
 class TokenRow(Base):
     """API tokens, stored as SHA-256 digests: a token is 256 random bits, so a fast hash is enough
     (there is nothing to brute-force) and the database alone never lets anyone in."""
@@ -650,6 +661,17 @@ class Store:
         with self._r() as s:
             rows = s.scalars(select(SampleRow).where(SampleRow.job_id == job_id).order_by(SampleRow.id))
             return [SampleView(r.at, r.step, r.world_size, r.steps_per_s, r.loss) for r in rows]
+
+    @tolerant
+    def profile(self, job_id: int) -> dict | None:
+        """The job's stored profile (``coddl.runtime.estimation.JobEstimate.record``), if it has one."""
+        with self._r() as s:
+            row = s.get(ProfileRow, job_id)
+            return None if row is None else copy.deepcopy(row.profile)
+
+    def save_profile(self, job_id: int, profile: dict, at: float) -> None:
+        with self._w() as s:
+            s.merge(ProfileRow(job_id=job_id, profile=profile, updated_at=at))
 
     @tolerant
     def allocations(self) -> dict[int, tuple[int, ...]]:

@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Protocol, Union
 from coddl.core.allocation import Plan
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
+from coddl.elastic.protocol import Inspection
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,15 @@ class ProgressEvent:
     world_size: int
     steps_per_s: float
     loss: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class InspectionEvent:
+    """Rank 0 timed the job's first steps (``coddl.elastic.protocol.Inspection``), once per job."""
+
+    job_id: JobId
+    at: float
+    inspection: Inspection
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +100,7 @@ class WorkersEvent:
     workers: tuple[dict, ...]
 
 
-ExecutorEvent = Union[ProgressEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent]
+ExecutorEvent = Union[ProgressEvent, InspectionEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent]
 
 
 class Executor(Protocol):

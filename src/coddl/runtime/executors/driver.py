@@ -40,6 +40,7 @@ from coddl.runtime.executors.base import (
     ExecutorEvent,
     ExitEvent,
     LaunchSpec,
+    InspectionEvent,
     ProgressEvent,
     WorkerLostEvent,
     WorkersEvent,
@@ -86,6 +87,7 @@ class _Running:
     failures: int = 0
     pinned: dict[int, int] = field(default_factory=dict)  # slot → pid whose affinity was set
     trained_since: float | None = None  # monotonic time the job's training was first seen complete
+    inspected: bool = False  # its inspection report was passed on
 
 
 class ElasticExecutor:
@@ -331,6 +333,9 @@ class ElasticExecutor:
         if p is not None and p.time != r.progress_time:
             r.progress_time = p.time
             self._emit(ProgressEvent(job_id, p.time, p.step, p.world_size, p.steps_per_s, p.loss))
+        if rep.inspection is not None and not r.inspected:
+            r.inspected = True
+            self._emit(InspectionEvent(job_id, time.time(), rep.inspection))
         if rep.failures > r.failures:
             r.failures = rep.failures
             self._emit(WorkerLostEvent(job_id, time.time(), rep.failures, rep.restarts, rep.reason))
