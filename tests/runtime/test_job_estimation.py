@@ -7,11 +7,9 @@ real SQLite store; the job's compute is sleeps, so the figures do not depend on 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from runtime_live import readable, wait_for
+from runtime_live import EXAMPLES, wait_for
 
 from coddl.core.cluster import Cluster
 from coddl.perf.estimator import Estimator
@@ -20,7 +18,7 @@ from coddl.runtime.estimation import Estimates
 
 pytestmark = pytest.mark.slow
 
-JOB = readable(Path(__file__).resolve().parent / "inspected_job.py")
+JOB = EXAMPLES / "synthetic_job.py"
 PARAMS = 100_000
 
 

@@ -59,6 +59,9 @@ def server_start(
     database: Optional[str] = typer.Option(None, "--database", help="SQLAlchemy URL (default: SQLite in the state dir)"),
     checkpoint_s: float = typer.Option(30.0, "--checkpoint-s", help="seconds between a job's periodic checkpoints"),
     period_s: float = typer.Option(5.0, "--period-s", help="how often the policy re-runs with corrected throughputs"),
+    job_inspection: bool = typer.Option(True, "--job-inspection/--no-job-inspection",
+                                        help="time each elastic job's first steps and plan it on its own profile "
+                                             "with the estimator (off: curves by model name, one correction factor)"),
     max_body_kib: int = typer.Option(256, "--max-body-kib", min=1, help="largest request body accepted (413 beyond)"),
     too_large: str = typer.Option("refuse", "--too-large",
                                   help="a job needing more GPUs than the cluster has: refuse (422) or hold (queued "
@@ -94,7 +97,7 @@ def server_start(
     config = ServerConfig(state_dir=state_dir or default_state_dir(), gpus=gpus, executor=executor,
                           ray_address=ray_address, ray_connect_timeout_s=ray_connect_timeout_s, policy=policy,
                           host=host, port=port, database=database,
-                          controller=ControllerSettings(period_s=period_s),
+                          controller=ControllerSettings(period_s=period_s, job_inspection=job_inspection),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
                           isolate=not unsafe_no_isolation, queues=queues, cluster_spec=cluster)
     if unsafe_no_isolation:

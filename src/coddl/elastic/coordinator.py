@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from coddl.elastic.failure import Failure, failure_key
 from coddl.elastic.kvstore import KVServer, KVState, LocalStore, new_secret
@@ -25,6 +25,8 @@ from coddl.elastic.protocol import (
     membership_key,
 )
 from coddl.waiting import WaitTimeout, wait_until
+
+R = TypeVar("R")
 
 
 class Coordinator:
@@ -87,23 +89,20 @@ class Coordinator:
             return False
 
     def progress(self) -> Progress | None:
-        raw = self.state.data.get(PROGRESS_KEY)
-        if raw is None:
-            return None
-        try:
-            return Progress.loads(raw)
-        except (ValueError, TypeError, KeyError):
-            return None  # not a report rank 0 wrote: the job's own code overwrote it
+        return self._report(PROGRESS_KEY, Progress.loads)
 
     def inspection(self) -> Inspection | None:
         """Rank 0's measurements of the job's first steps, once it has reported them."""
-        raw = self.state.data.get(INSPECTION_KEY)
+        return self._report(INSPECTION_KEY, Inspection.loads)
+
+    def _report(self, key: str, loads: Callable[[bytes], R]) -> R | None:
+        raw = self.state.data.get(key)
         if raw is None:
             return None
         try:
-            return Inspection.loads(raw)
+            return loads(raw)
         except (ValueError, TypeError, KeyError):
-            return None  # not a report rank 0 wrote
+            return None  # not a report rank 0 wrote: the job's own code overwrote it
 
     def finished(self) -> bool:
         return self.store.check([FINISHED_KEY])

@@ -75,6 +75,7 @@ class ControllerSettings:
     min_tick_s: float = 0.2  # events closer together than this are handled in one tick
     speed_tolerance: float = 0.10  # push a new speed factor only when it moved by more than this
     sample_s: float = 2.0  # keep at most one progress report per job this often in its history
+    job_inspection: bool = True  # profile elastic jobs from their first steps and plan them with the estimator
 
 
 class Controller:
@@ -199,7 +200,8 @@ class Controller:
                               attained_service=job.attained_service, first_start=first_start)
         self._labels[jid] = spec.model if spec.model != DEFAULT_MODEL else f"job-{jid}"
         env = spec.environment()
-        stored = self.store.profile(job.id) if spec.kind == "elastic" else None
+        inspect = spec.kind == "elastic" and self.settings.job_inspection
+        stored = self.store.profile(job.id) if inspect else None
         if stored is not None:
             try:
                 self.estimates.restore(jid, stored)
@@ -208,7 +210,7 @@ class Controller:
                 log.warning("job %s: stored profile unusable (%s); inspecting it again", jid, e)
                 self.estimates.forget(jid)
                 stored = None
-        if stored is None and spec.kind == "elastic":
+        if stored is None and inspect:
             env["CODDL_INSPECT"] = "1"
         entry, args = spec.entry_and_args()
         self.executor.register(LaunchSpec(jid, entry, args, env, self.jobs_dir / jid, job.owner,
