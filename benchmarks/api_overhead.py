@@ -4,7 +4,8 @@ A real server (``coddl server start`` in its own process: uvicorn on 127.0.0.1, 
 temporary state dir, the local executor with 1 GPU, AFS-P). One slow job holds the GPU — an elastic job
 that sleeps through each step, so it costs no CPU — and every later submission stays queued; the
 controller still admits each one into the scheduler and re-runs the policy, as on a busy cluster.
-From this process, over one keep-alive connection:
+The run stops with the reason if that premise breaks (the blocking job ended, jobs ran): a server
+busy starting and failing jobs measures something else. From this process, over one keep-alive connection:
 
 1. ``--jobs`` submissions one after another: submissions/s, p50/p99 latency;
 2. with them all queued, ``--requests`` of each of POST /jobs, GET /jobs/{id}, GET /jobs (every job),
@@ -15,6 +16,9 @@ CPU milliseconds per request (user + system, from /proc via psutil): on a shared
 move with everyone else's load, CPU time much less, so compare versions on ``server_cpu_ms``.
 
     python benchmarks/api_overhead.py [--jobs 1000] [--requests 200] [--policy afs-p]
+
+To compare with another version in the same session, run this script with that version first on
+``PYTHONPATH`` (``git worktree add --detach /tmp/base REV``; ``PYTHONPATH=/tmp/base/src python ...``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import psutil
+
+try:
+    from coddl.runtime.identity import remove_accounts
+except ImportError:  # a version without per-owner job accounts (a comparison with an older tree)
+    remove_accounts = None
 
 BLOCKER = '''
 import time
@@ -76,16 +85,18 @@ def timed(fn) -> float:  # noqa: ANN001 - a request
     return 1e3 * (time.perf_counter() - t0)
 
 
-def start_server(state: Path, policy: str) -> tuple[subprocess.Popen, str, str]:
+def start_server(state: Path, policy: str, log_path: Path,
+                 account_prefix: str | None = None) -> tuple[subprocess.Popen, str, str]:
     port = free_port()
-    log = open(state / "server.log", "wb")
+    log = open(log_path, "wb")
+    accounts = ("--account-prefix", account_prefix) if account_prefix else ()
     proc = subprocess.Popen([sys.executable, "-m", "coddl.cli", "server", "start", "--gpus", "1", "--port", str(port),
-                             "--state-dir", str(state), "--policy", policy], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                             "--state-dir", str(state), "--policy", policy, *accounts], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 180
     while not (state / "server.json").is_file():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the server did not start; see {state / 'server.log'}")
+            raise SystemExit(f"the server did not start; see {log_path}")
         time.sleep(0.2)
     return proc, f"http://127.0.0.1:{port}", json.loads((state / "client.json").read_text())["token"]
 
@@ -97,22 +108,30 @@ def main() -> None:
     ap.add_argument("--policy", default="afs-p")
     args = ap.parse_args()
 
-    state = Path(tempfile.mkdtemp(prefix="coddl-api-bench-"))
-    (state / "blocker.py").write_text(BLOCKER)
-    (state / "queued.py").write_text("print('never runs in this benchmark')\n")
-    proc, url, token = start_server(state, args.policy)
+    # The scripts live beside the state directory, readable by all, and outside /tmp: a job runs as its
+    # owner's account in a sandbox with a /tmp of its own, and sees nothing of the server's state.
+    work = Path(tempfile.mkdtemp(prefix="coddl-api-bench-", dir="/var/tmp"))
+    os.chmod(work, 0o755)
+    state, blocker, queued_script = work / "state", work / "blocker.py", work / "queued.py"
+    blocker.write_text(BLOCKER)
+    queued_script.write_text("print('never runs in this benchmark')\n")
+    for script in (blocker, queued_script):
+        os.chmod(script, 0o644)
+    # as root, the server creates an account for the jobs' owner: under a prefix of this run's, removed at the end
+    prefix = f"cb{os.urandom(3).hex()}-" if remove_accounts is not None else None
+    proc, url, token = start_server(state, args.policy, work / "server.log", prefix)
     server = psutil.Process(proc.pid)
     cpu_ms: dict[str, float] = {}
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
-            c.post("/jobs", json={"name": "blocker", "command": ["python", str(state / "blocker.py")],
-                                  "steps": 10**9}).raise_for_status()
+            blocker_id = c.post("/jobs", json={"name": "blocker", "command": ["python", str(blocker)],
+                                  "steps": 10**9}).raise_for_status().json()["id"]
             deadline = time.monotonic() + 120
             while c.get("/cluster").json()["gpus_in_use"] < 1:
                 if time.monotonic() > deadline:
                     raise SystemExit("the blocking job did not start")
                 time.sleep(0.2)
-            job = {"name": "queued", "command": ["python", str(state / "queued.py")], "steps": 100, "max_gpus": 1}
+            job = {"name": "queued", "command": ["python", str(queued_script)], "steps": 100, "max_gpus": 1}
 
             submit_ms = []
             t0, c0 = time.perf_counter(), cpu_s(server)
@@ -136,6 +155,10 @@ def main() -> None:
                 loaded[name] = [timed(request) for _ in range(args.requests)]
                 cpu_ms[name] = round(1e3 * (cpu_s(server) - c0) / args.requests, 3)
             queued = c.get("/cluster").json()["jobs"].get("queued", 0)
+            held = c.get(f"/jobs/{blocker_id}").json()
+            if held["status"] != "running" or queued < args.jobs + args.requests:
+                raise SystemExit(f"the benchmark's premise broke: the blocking job is {held['status']} "
+                                 f"({held['message']}) and {queued} jobs are queued")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -146,7 +169,11 @@ def main() -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+        if prefix is not None and os.geteuid() == 0:
+            deadline = time.monotonic() + 30
+            while remove_accounts(prefix)[1] and time.monotonic() < deadline:  # until its last worker is gone
+                time.sleep(0.5)
 
     print(json.dumps({
         "benchmark": "api_overhead",

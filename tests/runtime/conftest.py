@@ -8,26 +8,24 @@ set), where a missing server is a failure rather than a silently smaller suite."
 from __future__ import annotations
 
 import os
-import pwd
-import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from postgres import BACKENDS, PostgresServer, PostgresUnavailable, backend_url
-from runtime_live import Server
+from runtime_live import ACCOUNTS, Server
+
+from coddl.runtime.identity import remove_accounts
 
 
 @pytest.fixture(scope="session", autouse=True)
 def job_accounts() -> Iterator[None]:
-    """A root server creates a Unix account per coddl user (``coddl-NAME``): remove the ones this
-    session created, so that the machine ends as it began."""
-    before = {p.pw_name for p in pwd.getpwall()}
+    """A root server creates a Unix account per coddl user: each server of this process has a prefix
+    of its own (``runtime_live.ACCOUNTS``) and removes its accounts; whatever a server left (one killed
+    with a worker still running) goes at the end of the session. Other processes' accounts stay."""
     yield
     if os.geteuid() == 0:
-        for p in pwd.getpwall():
-            if p.pw_name.startswith("coddl-") and p.pw_name not in before:
-                subprocess.run(["userdel", p.pw_name], capture_output=True)
+        remove_accounts(ACCOUNTS)
 
 
 @pytest.fixture

@@ -1,6 +1,11 @@
 """Helpers for the runtime tests: real servers, ``coddl server start`` as a subprocess on 127.0.0.1 with a free
 port and a state directory in tmp, real HTTP, real SQLite, real worker processes. Each server runs in
-its own process group so that teardown kills exactly what the test started."""
+its own process group so that teardown kills exactly what the test started.
+
+A server that runs as root creates a Unix account for each job owner; every server started here gets
+an account prefix of its own (``ACCOUNTS`` for this test process, then a counter), and its cleanup
+removes the accounts of that prefix, so tests running side by side never share or delete each
+other's accounts, and the machine ends with the accounts it began with."""
 
 from __future__ import annotations
 
@@ -20,7 +25,11 @@ from typing import Any, Callable
 
 import httpx
 
+from coddl.runtime.identity import remove_accounts
+
 REPO = Path(__file__).resolve().parents[2]
+ACCOUNTS = f"ct{os.urandom(3).hex()}"  # the account prefixes of this test process's servers start so
+_servers = iter(range(1 << 30))
 
 
 def readable(path: Path) -> Path:
@@ -87,9 +96,10 @@ class Server:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.python = python
         self.port = free_port()
+        self.account_prefix = f"{ACCOUNTS}{next(_servers):x}-"
         cmd = [*python, "-m", "coddl.cli", "server", "start", *(("--gpus", str(gpus)) if gpus else ()),
                "--port", str(self.port), "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
-               "--checkpoint-s", "2", *extra]
+               "--checkpoint-s", "2", "--account-prefix", self.account_prefix, *extra]
         self.log_path = state_dir.parent / f"server-{self.port}.log"
         self.tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
         self.tmp.mkdir(exist_ok=True)
@@ -163,6 +173,12 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
+    def account(self, user: str) -> str:
+        """The Unix account this server (as root) runs ``user``'s jobs as."""
+        from coddl.runtime.identity import dedicated_account
+
+        return dedicated_account(user, self.account_prefix)
+
     def cleanup(self) -> None:
         if self.admin is not None:
             self.admin.close()
@@ -171,4 +187,6 @@ class Server:
             os.killpg(self.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        if os.geteuid() == 0:  # its job accounts, once the last worker running as one has gone
+            wait_for(lambda: not remove_accounts(self.account_prefix)[1], 30, f"{self.account_prefix}* removed")
 

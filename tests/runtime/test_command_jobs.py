@@ -48,7 +48,7 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
         assert e["WORLD_SIZE"] == "2" and e["LOCAL_RANK"] == e["RANK"] and e["MASTER_ADDR"] == "127.0.0.1"
         assert s["sum"] == 1.0 and s["cwd"] == str(job_dir)
         if os.geteuid() == 0:  # a root server runs it as bob's account
-            assert pwd.getpwuid(s["uid"]).pw_name.startswith("coddl-bob")
+            assert pwd.getpwuid(s["uid"]).pw_name == srv.account("bob")
     assert sorted(s["env"]["CUDA_VISIBLE_DEVICES"] for s in first) == ["0", "1"]
     # max-min: one GPU each, so a shrinks; the visitor stays until a's restart on one GPU has been seen
     # (on a loaded machine, starting Python and torch may take longer than a short visitor would run)

@@ -35,7 +35,7 @@ HOSTILE = readable(Path(__file__).resolve().parent / "hostile_job.py")
 ATTACKS = ("read_admin_token", "read_database", "read_token_digests", "read_other_users_spec",
            "read_other_users_logs", "read_other_users_checkpoint", "write_other_jobs_directory",
            "use_the_servers_credentials", "signal_the_server", "reach_the_fork_server", "write_other_jobs_store")
-SERVER_ACCOUNT = "coddl-test-server"
+SERVER_ACCOUNT = f"cdsrv{os.urandom(3).hex()}"  # the unprivileged server's, created here and removed
 
 
 def unprivileged_python(user: str) -> tuple[str, ...] | str:
@@ -103,6 +103,9 @@ def servers(tmp_path_factory):
         if isinstance(s, Server):
             s.cleanup()
     shutil.rmtree(elsewhere, ignore_errors=True)
+    if os.geteuid() == 0:
+        wait_for(lambda: subprocess.run(["userdel", SERVER_ACCOUNT], capture_output=True).returncode in (0, 6), 30,
+                 f"the account {SERVER_ACCOUNT} removed")  # 6: no such account (it could not be created)
 
 
 VICTIM_STEPS = 200
@@ -188,7 +191,7 @@ def test_the_victim_trained_on_unharmed_and_its_directory_is_its_owners(servers,
     if mode == "root" and os.geteuid() == 0:
         job_dir = servers[mode].state_dir / "jobs" / str(victim["id"])
         st = job_dir.stat()
-        assert pwd.getpwuid(st.st_uid).pw_name.startswith("coddl-bob") and st.st_mode & 0o077 == 0
+        assert pwd.getpwuid(st.st_uid).pw_name == servers[mode].account("bob") and st.st_mode & 0o077 == 0
         log = job_dir / "logs" / "w0.log"
         assert log.stat().st_uid == st.st_uid and log.stat().st_mode & 0o077 == 0
 

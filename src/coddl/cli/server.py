@@ -75,6 +75,9 @@ def server_start(
              "other job (only for a single-user machine that cannot sandbox)"),
     queues: Optional[Path] = typer.Option(None, "--queues", help="a queue file (teams, quotas, cohorts): replaces the "
                                                                  "stored queues (`coddl queue` changes them live)"),
+    account_prefix: str = typer.Option("coddl-", "--account-prefix",
+                                       help="as root: the prefix of the Unix account created for each job owner "
+                                            "(coddl-alice); give each installation on one host its own"),
 ) -> None:
     """Run the scheduler, its workers and the REST API until `coddl server stop` or ^C (jobs resume on the next start)."""
     import logging
@@ -99,7 +102,8 @@ def server_start(
                           host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s, job_inspection=job_inspection),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
-                          isolate=not unsafe_no_isolation, queues=queues, cluster_spec=cluster)
+                          isolate=not unsafe_no_isolation, queues=queues, cluster_spec=cluster,
+                          account_prefix=account_prefix)
     if unsafe_no_isolation:
         err_console.print("[bold red]warning:[/bold red] --unsafe-no-isolation: every job runs with the server's "
                           "privileges and can read its tokens, its database and every other job")

@@ -10,10 +10,15 @@ may map users to existing accounts in the state directory's ``accounts.yaml``::
 and then alice's jobs run as alice, with exactly her file permissions (her data, her home), as on a
 Slurm cluster. Every user not in the file gets a dedicated, unprivileged account of their own that
 the server creates on first use (``useradd --system``, no home, no login shell): ``coddl-NAME`` for
-a name of lowercase letters, digits and ``_`` (``coddl-alice``), and ``coddl-PREFIX-HASH`` for any
+a name of lowercase letters, digits and ``_`` (``coddl-alice``), and ``coddl-STEM-HASH`` for any
 other name (``Alice`` → ``coddl-alice-5f3c...``), so that two users never share an account. A
 dedicated account carries a marker in its comment field; an account of that name that the server did
 not create for that user is never used. No job ever runs as uid 0: mapping a user to root is refused.
+
+``coddl-`` is the default prefix of the dedicated accounts (``coddl server start --account-prefix``).
+Two installations on one host whose users are different people each need a prefix of their own, or
+the two installations' ``bob`` would share an account and each other's files; a test or a benchmark
+uses a fresh prefix so that it can remove exactly the accounts it caused (``remove_accounts``).
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from coddl.runtime.errors import ConfigError
 
 ACCOUNTS_FILE = "accounts.yaml"
 PREFIX = "coddl-"
-_PLAIN = re.compile(r"^[a-z][a-z0-9_]{0,24}$")  # coddl- + 25 = 31 characters, within useradd's 32
+MAX_NAME = 31  # within useradd's 32
+_PREFIX = re.compile(r"^[a-z][a-z0-9_-]{0,11}$")
+_PLAIN = re.compile(r"^[a-z][a-z0-9_]*$")
 _SANITISE = re.compile(r"[^a-z0-9_]")
+_MARK = "coddl job account "
 
 
 @dataclass(frozen=True)
@@ -45,45 +53,74 @@ class Account:
     home: str | None  # None: no home directory (a dedicated account); the job's HOME is its directory
 
 
-def dedicated_account(user: str) -> str:
-    """The account the server creates for ``user``: different users always get different names."""
-    if _PLAIN.match(user):
-        return PREFIX + user
-    stem = _SANITISE.sub("", user.lower())[:12] or "u"
-    return f"{PREFIX}{stem}-{hashlib.sha256(user.encode()).hexdigest()[:12]}"
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it can start account names (a lowercase letter, then at most 11 of a-z 0-9 _ -)."""
+    if not _PREFIX.match(prefix):
+        raise ConfigError(f"--account-prefix: {prefix!r} must be a lowercase letter followed by at most 11 "
+                          "lowercase letters, digits, '_' or '-'")
+    return prefix
+
+
+def dedicated_account(user: str, prefix: str = PREFIX) -> str:
+    """The account the server creates for ``user``: different users always get different names (a
+    plain name whole, any other one, or one too long, as a stem and a hash of the whole name)."""
+    if _PLAIN.match(user) and len(prefix) + len(user) <= MAX_NAME:
+        return prefix + user
+    stem = _SANITISE.sub("", user.lower())[: min(12, MAX_NAME - len(prefix) - 13)] or "u"
+    return f"{prefix}{stem}-{hashlib.sha256(user.encode()).hexdigest()[:12]}"
 
 
 def marker(user: str) -> str:
     """The comment field of ``user``'s dedicated account (a hash: the user name may be any text)."""
-    return f"coddl job account {hashlib.sha256(user.encode()).hexdigest()[:24]}"
+    return f"{_MARK}{hashlib.sha256(user.encode()).hexdigest()[:24]}"
+
+
+def remove_accounts(prefix: str) -> tuple[list[str], dict[str, str]]:
+    """Delete the dedicated accounts of ``prefix`` (those coddl created: named ``prefix...`` and
+    carrying its marker), with their groups; an account a process still runs as is kept. Returns the
+    names removed and, for each one kept, why. Run it when no server uses the prefix any more: the
+    cleanup of a test or a benchmark, or of an installation being taken down."""
+    removed: list[str] = []
+    kept: dict[str, str] = {}
+    for entry in pwd.getpwall():
+        if not entry.pw_name.startswith(check_prefix(prefix)) or not entry.pw_gecos.startswith(_MARK):
+            continue
+        r = subprocess.run(["userdel", entry.pw_name], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        if r.returncode == 0:
+            removed.append(entry.pw_name)
+        else:
+            kept[entry.pw_name] = r.stderr.strip() or f"userdel exit {r.returncode}"
+    return removed, kept
 
 
 class AccountMap:
     """coddl user → Unix account; thread-safe (jobs start from many threads)."""
 
-    def __init__(self, mapping: dict[str, str] | None = None, create: bool = True) -> None:
+    def __init__(self, mapping: dict[str, str] | None = None, create: bool = True, prefix: str = PREFIX) -> None:
         self.mapping = dict(mapping or {})
         self.create = create
+        self.prefix = check_prefix(prefix)
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict:  # travels to Ray's node agents; the lock does not
-        return {"mapping": self.mapping, "create": self.create}
+        return {"mapping": self.mapping, "create": self.create, "prefix": self.prefix}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["mapping"], state["create"])
+        self.__init__(state["mapping"], state["create"], state["prefix"])
 
     @classmethod
-    def load(cls, state_dir: Path) -> AccountMap:
+    def load(cls, state_dir: Path, prefix: str = PREFIX) -> AccountMap:
         """The state directory's ``accounts.yaml`` (absent: every user gets a dedicated account)."""
         path = Path(state_dir) / ACCOUNTS_FILE
         if not path.is_file():
-            return cls()
+            return cls(prefix=prefix)
         try:
             data = yaml.safe_load(path.read_text())
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             raise ConfigError(f"{path}: not readable YAML ({str(e).splitlines()[0]})") from None
         if data is None:
-            return cls()
+            return cls(prefix=prefix)
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of coddl user to Unix account")
         mapping: dict[str, str] = {}
@@ -97,10 +134,10 @@ class AccountMap:
             if entry.pw_uid == 0:
                 raise ConfigError(f"{path}: {user}: {account!r} is uid 0; a job never runs as root")
             mapping[user] = account
-        return cls(mapping)
+        return cls(mapping, prefix=prefix)
 
     def account_for(self, user: str) -> str:
-        return self.mapping.get(user) or dedicated_account(user)
+        return self.mapping.get(user) or dedicated_account(user, self.prefix)
 
     def ensure(self, user: str) -> Account:
         """The account ``user``'s jobs run as, created first if it is a dedicated one that is missing.

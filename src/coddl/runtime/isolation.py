@@ -34,7 +34,7 @@ from coddl.elastic.pool import WorkerHandle, WorkerPool
 from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
-from coddl.runtime.identity import AccountMap
+from coddl.runtime.identity import PREFIX, AccountMap
 
 Mode = Literal["accounts", "sandbox", "none"]
 PROBE_UID = 65534  # nobody: the probe of the root mode drops to it without creating an account
@@ -49,12 +49,12 @@ class Isolation:
     accounts: AccountMap | None = None
 
     @classmethod
-    def for_server(cls, state_dir: Path, enabled: bool = True) -> Isolation:
+    def for_server(cls, state_dir: Path, enabled: bool = True, account_prefix: str = PREFIX) -> Isolation:
         if not enabled:
             return cls("none")
         hide = (str(Path(state_dir).resolve()),)
         if os.geteuid() == 0:
-            return cls("accounts", hide, AccountMap.load(state_dir))
+            return cls("accounts", hide, AccountMap.load(state_dir, account_prefix))
         return cls("sandbox", hide)
 
     def describe(self) -> str:

@@ -183,6 +183,7 @@ class Lease:
         self._lock = threading.Lock()
         self._lost: str | None = None
         self._stop = threading.Event()
+        self._released = False
         self._thread = threading.Thread(target=self._renew_loop, name="coddl-lease", daemon=True)
         with store.transaction() as s:
             _meta.create_all(s.connection())
@@ -278,10 +279,14 @@ class Lease:
         return self._lost
 
     def release(self) -> None:
-        """Give the lease up (a clean stop): the next server need not wait for it to expire."""
+        """Stop renewing, and give the lease up (a clean stop): the next server need not wait for it to
+        expire. The renewal thread is joined first, so none outlives the store it writes to."""
         self._stop.set()
-        if self._lost is not None or not self.epoch:
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(5.0, self.lease_s))
+        if self._lost is not None or not self.epoch or self._released:
             return
+        self._released = True
         try:
             with self.store.transaction() as s:
                 s.execute(leases.update().where(leases.c.name == NAME, leases.c.epoch == self.epoch)

@@ -40,6 +40,7 @@ from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
+from coddl.runtime.identity import PREFIX
 from coddl.runtime.isolation import Isolation
 from coddl.runtime.lease import DEFAULT_LEASE_S, Lease, LeaseLost, StateLock
 from coddl.runtime.limits import ApiLimits
@@ -72,6 +73,7 @@ class ServerConfig:
     limits: ApiLimits = ApiLimits()  # request body size, and whether a job too large for the cluster is refused
     lease_s: float = DEFAULT_LEASE_S  # how long a server that stopped renewing keeps the database
     isolate: bool = True  # False: --unsafe-no-isolation
+    account_prefix: str = PREFIX  # of the accounts a root server creates for job owners (coddl.runtime.identity)
     queues: Path | None = None  # a queue file that replaces the stored queues at start (coddl.queues)
     cluster_spec: Path | None = None  # device types and calibrated links of the executor's cluster (--cluster)
 
@@ -154,7 +156,7 @@ class Runtime:
                 private_state_dir(self.state_dir)  # the database file SQLite just created
                 self.lease = Lease(self.store, self.state_dir, config.lease_s, lambda r: self.on_lost(r))
                 self.lease.acquire()
-            self.isolation = Isolation.for_server(self.state_dir, config.isolate)
+            self.isolation = Isolation.for_server(self.state_dir, config.isolate, config.account_prefix)
             self.jobs_dir = self.state_dir / "jobs"
             with step(f"warming the worker pool and checking job isolation ({self.isolation.describe()})"):
                 self.executor = make_executor(config, self.isolation, self.jobs_dir)
