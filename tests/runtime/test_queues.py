@@ -28,7 +28,11 @@ def test_the_store_keeps_the_queues_and_refuses_a_set_that_cannot_work(store_url
     store = Store(store_url)
     lab = QueueSet((Queue("vision", 4, cohort="lab", users=("alice",), weight=2.0),
                     Queue("default", None, cohort="lab")))
-    stored.replace_all(store, cluster, lab)
+    assert store.queues() == []  # read, and kept until a change
+    stored.replace_all(store.fenced(lambda _s: None), cluster, lab)  # a change through a view of the store
+    assert [name for name, _ in store.queues()] == ["vision", "default"]
+    store.queues()[0][1]["nominal_gpus"] = 99  # what a caller does with what it got stays its own
+    assert stored.stored_queues(store) == lab
     with pytest.raises(QueueError, match="add up to 10 GPUs and the cluster has 8"):
         stored.update(store, cluster, lambda qs: [*qs, Queue("nlp", 6, users=("bob",))])
     with pytest.raises(QueueError, match="user alice is already in queue vision"):

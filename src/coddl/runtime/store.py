@@ -28,7 +28,7 @@ import secrets
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -42,6 +42,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -373,6 +374,13 @@ def tolerant(read: Callable[..., R]) -> Callable[..., R]:
     return wrapper
 
 
+@dataclass
+class _QueueCache:
+    rows: list[tuple[str, dict]] | None = None
+    generation: int = 0  # grows at every committed change
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 def sqlite_url(state_dir: Path) -> str:
     return f"sqlite:///{Path(state_dir).resolve() / 'coddl.db'}"
 
@@ -405,6 +413,9 @@ class Store:
         self._tolerant_engine: Engine | None = None
         self._tolerant_reads: sessionmaker | None = None
         self._fence: Callable[[Session], None] | None = None
+        # the queues as last read: every change goes through update_queues, which drops them (shared
+        # with the fenced views, which are shallow copies)
+        self._queues = _QueueCache()
 
     def fenced(self, fence: Callable[[Session], None]) -> Store:
         """The same store, with ``fence`` run at the start of every write transaction (it raises to
@@ -500,9 +511,23 @@ class Store:
             s.merge(MetaRow(key=key, value=value))
 
     # ------------------------------------------------------------------ queues
-    @tolerant
     def queues(self) -> list[tuple[str, dict]]:
-        """The configured queues in order: (name, settings)."""
+        """The configured queues in order: (name, settings). Kept from the last read until this store
+        changes them (``update_queues``): every submission checks its queue's ceiling, and a server is
+        the only writer of its database's queues while it runs (a second one is refused)."""
+        cache = self._queues
+        with cache.lock:
+            if cache.rows is not None:
+                return [(name, dict(settings)) for name, settings in cache.rows]
+            generation = cache.generation
+        rows = self._read_queues()
+        with cache.lock:
+            if cache.generation == generation:  # no change committed while this read ran
+                cache.rows = rows
+        return [(name, dict(settings)) for name, settings in rows]
+
+    @tolerant
+    def _read_queues(self) -> list[tuple[str, dict]]:
         with self._r() as s:
             return [(r.name, r.settings) for r in s.scalars(select(QueueRow).order_by(QueueRow.position))]
 
@@ -515,7 +540,10 @@ class Store:
             s.execute(delete(QueueRow))
             s.flush()
             s.add_all(QueueRow(name=name, position=i, settings=settings) for i, (name, settings) in enumerate(new))
-            return new
+        with self._queues.lock:  # committed: the next read sees the new queues
+            self._queues.generation += 1
+            self._queues.rows = None
+        return new
 
     @tolerant
     def waiting_by_owner(self) -> dict[str, int]:
@@ -794,9 +822,13 @@ class Store:
         """Each job's attained service (GPU-seconds) as the scheduler has it now; it never goes back."""
         if not attained:
             return
-        with self._w() as s:
-            for row in s.scalars(select(JobRow).where(JobRow.id.in_(list(attained)))):
-                row.attained_service = max(row.attained_service or 0.0, float(attained[row.id]))
+        with self._w() as s:  # two columns, and only the rows that grew (a queued job's never does)
+            stored = s.execute(select(JobRow.id, JobRow.attained_service).where(JobRow.id.in_(list(attained))))
+            grew = [{"jid": jid, "service": float(attained[jid])} for jid, service in stored
+                    if float(attained[jid]) > (service or 0.0)]
+            if grew:
+                s.connection().execute(update(JobRow).where(JobRow.id == bindparam("jid"))
+                                       .values(attained_service=bindparam("service")), grew)
 
     def record_event(self, job_id: int, kind: str, at: float, detail: str | None = None) -> None:
         with self._w() as s:
