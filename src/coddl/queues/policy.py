@@ -186,6 +186,9 @@ class QueuedPolicy(Policy):
     # ------------------------------------------------------------------ helpers
     @staticmethod
     def _partition(q: np.ndarray):  # noqa: ANN205 - yields (queue index, ascending rows)
+        if q.size and (q == q[0]).all():  # every job in one queue (no queues configured): no sort
+            yield int(q[0]), np.arange(q.size)
+            return
         order = np.argsort(q, kind="stable")
         sq = q[order]
         starts = np.flatnonzero(np.r_[True, sq[1:] != sq[:-1]]) if sq.size else np.zeros(0, dtype=np.int64)

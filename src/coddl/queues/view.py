@@ -20,9 +20,10 @@ class RowsView:
     def __init__(self, parent: JobsView, rows: np.ndarray) -> None:
         self._parent = parent
         self._rows = rows
-        self.ids = [parent.ids[r] for r in rows.tolist()]
+        every = len(rows) == len(parent)  # ascending and distinct: all of them, in order (one queue)
+        self.ids = list(parent.ids) if every else [parent.ids[r] for r in rows.tolist()]
         if hasattr(parent, "specs"):
-            self.specs = [parent.specs[r] for r in rows.tolist()]
+            self.specs = list(parent.specs) if every else [parent.specs[r] for r in rows.tolist()]
 
     def __len__(self) -> int:
         return len(self._rows)
