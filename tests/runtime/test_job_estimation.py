@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from runtime_live import EXAMPLES, wait_for
+from runtime_live import EXAMPLES, coddl, wait_for
 
 from coddl.core.cluster import Cluster
 from coddl.perf.estimator import Estimator
-from coddl.perf.table import ProfileTable
+from coddl.perf.table import ProfileTable, read_profiles
 from coddl.runtime.estimation import Estimates
 
 pytestmark = pytest.mark.slow
@@ -79,6 +79,13 @@ def test_an_unnamed_job_is_profiled_corrected_replanned_and_keeps_its_profile(se
     restored = profile_of(again, job_id)
     assert restored["profile"] == profile["profile"]
     assert restored["belief"]["measured_steps"] >= corrected["belief"]["measured_steps"]
+    # what a user sees: coddl profile, and its rows as a profile table for coddl estimate
+    out = tmp_path / "profile.csv"
+    r = coddl("profile", str(job_id), "--out", str(out), "--server", again.url, "--token", again.admin_token)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert "more than 1 GPUs would not make it faster" in text and "planned curve" in text
+    assert len(read_profiles(out)) == len(restored["profile"]) + len(restored["measured"])
     again.admin.delete(f"/jobs/{job_id}")
     job = again.wait_job(job_id, lambda j: j["terminal"], 60, "cancelled")
     assert [e["kind"] for e in job["events"]].count("inspected") == 1

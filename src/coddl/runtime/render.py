@@ -183,14 +183,15 @@ def profile_view(job_id: int, p: dict[str, Any]) -> Group:
     head = Text(f"job {job_id}: {p['profile'][0]['param_bytes'] / 1e6:.3g} MB of gradients per step, {batch}; "
                 f"one-GPU step {b['t_ref_s'] * 1e3:.3g} ms at local batch {b['b_ref']:.3g}, fixed share "
                 f"{b['fixed_share']:.2f}, communication efficiency {b['comm_efficiency']:.3g}, overlap γ "
-                f"{b['overlap_gamma']:.2f}; {b['measured_steps']} measured placements folded in")
+                f"{b['overlap_gamma']:.2f}; {b['measured_steps']} measured multi-GPU rows folded in; more than "
+                f"{p['useful_gpus']} GPUs would not make it faster")
     rows = Table(title="measured (profile format)", title_justify="left")
     for col in ("GPUs", "placement", "local batch", "iterations/s"):
         rows.add_column(col, justify="right")
     for r in [*p["profile"], *p["measured"]]:
         rows.add_row(str(r["gpus"]), "+".join(str(g) for g in r["placement"]), f"{r['local_batch']:.4g}",
                      f"{r['iterations_per_s']:.4g}")
-    curve = Table(title=f"planned curve (useful up to {p['useful_gpus']} GPUs)", title_justify="left")
+    curve = Table(title="planned curve", title_justify="left")
     curve.add_column("GPUs", justify="right")
     curve.add_column("iterations/s", justify="right")
     curve.add_column("speed-up", justify="right")
