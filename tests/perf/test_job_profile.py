@@ -12,6 +12,7 @@ from coddl.core.cluster import Cluster, LinkSpec
 from coddl.core.job import JobSpec
 from coddl.elastic.protocol import Inspection
 from coddl.perf.inspection import INSPECTION_CLUSTER, Timings, profile_rows
+from coddl.perf.jobmodel import JobModel
 from coddl.policies.registry import make_policy
 from coddl.runtime.estimation import Estimates
 from coddl.runtime.models import runtime_curves
@@ -148,3 +149,21 @@ def test_the_scheduler_plans_a_job_on_its_own_curve_and_recycles_the_row():
     rb = s.table.row["b"]
     assert s.curves.names[s.table.model[rb]] == "job:b" and len(s.curves.names) == models + 1
     assert list(s.curves.rate[s.table.model[rb], :5]) == [0.0, 1.0, 2.0, 2.0, 2.0]
+
+
+def test_the_fit_reaches_communication_the_belief_priced_at_nearly_nothing():
+    """One 2-GPU step 3× slower than compute alone, where the fabric prices the all-reduce at 10 µs
+    (η would have to be ~17,000): a fit started at the belief sees log T flat in log η and stays
+    put; the second start, at the η the step needs, lands on it."""
+    from coddl.perf.jobmodel import Prior, Steps, _comm_start, step_model
+
+    prior = Prior(mean=(0.2, 0.0, 0.4966), sd=(0.3, 3.0, 0.35))
+    job = JobModel.from_one_gpu("j", 4e6, np.array([8.0, 16.0]), np.array([0.06, 0.1]), prior)
+    step = Steps(np.array([8.0]), np.array([1e-5]), np.array([0.18]), np.array([np.nan]))
+    start = _comm_start(job, step, job.theta)
+    assert start is not None and np.exp(start[1]) > 1e3
+    fitted = job.updated(step)
+    log_t, = step_model(job.t_ref, job.b_ref, 8.0, 1.0, 1e-5, fitted.theta)
+    assert float(np.exp(log_t)) == pytest.approx(0.18, rel=0.1)
+    explained = Steps(np.array([8.0]), np.array([1e-5]), np.array([0.061]), np.array([np.nan]))
+    assert _comm_start(job, explained, job.theta) is None  # the belief already explains it
