@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from coddl.core.job import JobId, JobSpec
+from coddl.jit import njit
 
 FLOAT_COLS = (
     "arrival", "total_work", "work0", "service0", "cpu_service0", "t0", "rate", "speed",
@@ -158,7 +158,7 @@ class JobTable:
         return _service(self.n, float(now), self.F, self.I, _CPU0, _CPUS)
 
 
-@numba.njit(cache=True)
+@njit()
 def _remove(F: np.ndarray, I: np.ndarray, order: np.ndarray, pos: np.ndarray, r: int, last: int) -> None:
     """Row ``r`` leaves: it is taken out of the submission order, and row ``last`` moves into it."""
     p = pos[r]
@@ -172,7 +172,7 @@ def _remove(F: np.ndarray, I: np.ndarray, order: np.ndarray, pos: np.ndarray, r:
         I[:, r] = I[:, last]
 
 
-@numba.njit(cache=True, inline="always")
+@njit(inline="always")
 def _advance_one(r: int, now: float, F: np.ndarray, I: np.ndarray) -> None:
     t0 = F[_T0, r]
     dt = now - t0
@@ -183,13 +183,13 @@ def _advance_one(r: int, now: float, F: np.ndarray, I: np.ndarray) -> None:
     F[_T0, r] = now
 
 
-@numba.njit(cache=True)
+@njit()
 def _advance(rows: np.ndarray, now: float, F: np.ndarray, I: np.ndarray) -> None:
     for r in rows:
         _advance_one(r, now, F, I)
 
 
-@numba.njit(cache=True)
+@njit()
 def _work_done(n: int, now: float, F: np.ndarray) -> np.ndarray:
     out = np.empty(n)
     for r in range(n):
@@ -198,7 +198,7 @@ def _work_done(n: int, now: float, F: np.ndarray) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@njit()
 def _service(n: int, now: float, F: np.ndarray, I: np.ndarray, base: int, per: int) -> np.ndarray:
     out = np.empty(n)
     for r in range(n):

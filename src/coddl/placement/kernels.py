@@ -11,8 +11,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from coddl.jit import njit
 
-@numba.njit(cache=True)
+
+@njit()
 def release(idx: np.ndarray, free: np.ndarray, node_free: np.ndarray, node_of: np.ndarray) -> None:
     for g in idx:
         free[g] = True
@@ -36,7 +38,7 @@ def _take(node: int, count: int, free: np.ndarray, node_free: np.ndarray, first:
     return k
 
 
-@numba.njit(cache=True)
+@njit()
 def shrink(old: np.ndarray, keep: int, free: np.ndarray, node_free: np.ndarray, node_of: np.ndarray,
            nodes: int) -> np.ndarray:
     """Keep ``keep`` of ``old`` on the nodes holding most of the job (ties: lower node, lower GPU);
@@ -59,7 +61,7 @@ def shrink(old: np.ndarray, keep: int, free: np.ndarray, node_free: np.ndarray, 
     return kept
 
 
-@numba.njit(cache=True)
+@njit()
 def grow(old: np.ndarray, want: int, free: np.ndarray, node_free: np.ndarray, node_of: np.ndarray,
          first: np.ndarray, size: np.ndarray) -> np.ndarray:
     """``old`` plus new GPUs up to ``want``: first on the nodes the job uses (most free first),
@@ -99,7 +101,7 @@ def grow(old: np.ndarray, want: int, free: np.ndarray, node_free: np.ndarray, no
     return np.sort(out)
 
 
-@numba.njit(cache=True)
+@njit()
 def fragmentation(node_free: np.ndarray, size: np.ndarray) -> float:
     """Share of free GPUs on partially used nodes."""
     free = 0
@@ -112,7 +114,7 @@ def fragmentation(node_free: np.ndarray, size: np.ndarray) -> float:
     return partial / free if free else 0.0
 
 
-@numba.njit(cache=True)
+@njit()
 def place(old: np.ndarray, old_at: np.ndarray, want: np.ndarray, grow_order: np.ndarray, free: np.ndarray,
           node_free: np.ndarray, node_of: np.ndarray, first: np.ndarray, size: np.ndarray,
           nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-import numba
 import numpy as np
 
 from coddl.core.job import JobId, JobSpec
 from coddl.core.table import FLOAT_COLS, INT_COLS, JobTable
+from coddl.jit import njit
 
 
 class JobsView:
@@ -177,7 +177,7 @@ def greedy_fit(order: np.ndarray, demand: np.ndarray, free: int, backfill: bool 
     return _greedy_fit(np.asarray(order, dtype=np.int64), np.asarray(demand, dtype=np.int64), int(free), bool(backfill))
 
 
-@numba.njit(cache=True)
+@njit()
 def _greedy_fit(order: np.ndarray, demand: np.ndarray, free: int, backfill: bool) -> np.ndarray:
     admitted = np.zeros(demand.shape[0], dtype=np.bool_)
     for r in order:

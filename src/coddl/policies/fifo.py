@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from coddl.jit import njit
 from coddl.policies.base import Context, Policy, arrival_order
 from coddl.policies.registry import register
 
@@ -29,7 +29,7 @@ class Fifo(Policy):
         return _fifo(arrival_order(j), j.share, j.requested, ctx.capacity, self.params.backfill)
 
 
-@numba.njit(cache=True)
+@njit()
 def _fifo(order: np.ndarray, share: np.ndarray, requested: np.ndarray, capacity: int, backfill: bool) -> np.ndarray:
     out = np.zeros(share.size, dtype=np.int64)
     free = capacity

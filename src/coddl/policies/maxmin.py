@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
+from coddl.jit import njit
 from coddl.policies.base import Context, Policy, keyed_order
 from coddl.policies.registry import register
 
@@ -20,7 +20,7 @@ def water_fill(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, capacity: int)
                        np.asarray(hi, dtype=np.int64), int(capacity))
 
 
-@numba.njit(cache=True)
+@njit()
 def _water_fill(order: np.ndarray, lo: np.ndarray, hi: np.ndarray, capacity: int) -> np.ndarray:
     give = np.zeros(lo.shape[0], dtype=np.int64)
     rows = np.empty(order.size, dtype=np.int64)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from coddl.jit import njit
 from coddl.policies.base import Context
 
 RULES = {"dominance": 0, "shorter": 1, "coin": 2}
@@ -112,7 +113,7 @@ def _summarise(b: int, m: int, gain: np.ndarray, loss: np.ndarray, fits: np.ndar
     bgain[b] = hg
 
 
-@numba.njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _rounds(s: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, tie: np.ndarray, curves: np.ndarray,
             model: np.ndarray, speed: np.ndarray, keys: np.ndarray, work: np.ndarray, by_time: bool,
             rule: int, seed: int) -> int:
