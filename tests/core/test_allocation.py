@@ -1,5 +1,5 @@
 from coddl.core import Cluster, JobSpec
-from coddl.core.allocation import ActionKind, classify
+from coddl.core.allocation import Action, ActionKind, Allocation, Plan, classify
 from coddl.perf.curves import CurveTable
 from coddl.policies import make_policy
 from coddl.scheduler import Scheduler
@@ -13,6 +13,24 @@ def test_classify_each_kind():
     assert classify((1, 2), (2, 5), ever_ran=True) is ActionKind.MIGRATE
     assert classify((1, 2), (), ever_ran=True) is ActionKind.SUSPEND
     assert classify((1, 2), (1, 2), ever_ran=True) is None
+    assert classify((1, 2), (3, 4), ever_ran=True) is ActionKind.MIGRATE  # all moved
+
+
+def test_allocation_counts_gpus_and_its_copy_is_independent():
+    a = Allocation({"a": (0, 1), "b": (4,)}, {"a": (0, 1, 2)})
+    assert a.used() == 3 and Allocation().used() == 0
+    b = a.copy()
+    b.gpus["c"] = (5,)
+    b.cores["b"] = (9,)
+    assert a.gpus == {"a": (0, 1), "b": (4,)} and a.cores == {"a": (0, 1, 2)}
+    assert b.used() == 4 and b.cores == {"a": (0, 1, 2), "b": (9,)}
+
+
+def test_a_plan_is_its_actions():
+    acts = [Action(ActionKind.START, "a", (), (0,)), Action(ActionKind.SHRINK, "b", (1, 2), (1,)),
+            Action(ActionKind.SUSPEND, "c", (3,), ())]
+    assert len(Plan(acts)) == 3 and list(Plan(acts)) == acts and len(Plan()) == 0
+    assert [x.is_resize for x in acts] == [False, True, False]
 
 
 def test_a_step_plans_only_the_jobs_whose_gpus_change():
