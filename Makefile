@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/coddl demo
 
+# The suite runs on pytest-xdist workers: the end-to-end tests mostly wait (on servers, training
+# workers, Ray), so more workers than cores keeps the cores busy. Tests sharing a module fixture stay
+# on one worker (--dist loadgroup; tests/conftest.py makes the groups). TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

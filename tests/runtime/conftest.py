@@ -1,9 +1,10 @@
 """Fixtures of the runtime tests (the helpers live in ``runtime_live`` and ``postgres``).
 
 The store runs against both databases it supports: ``store_url`` is parametrized over SQLite (a file
-in the test's tmp dir) and PostgreSQL (a fresh database on one throwaway server per session, started
-only when a test asks for it). Without PostgreSQL's binaries those tests skip, except in CI (``CI``
-set), where a missing server is a failure rather than a silently smaller suite."""
+in the test's tmp dir) and PostgreSQL (a fresh database on one throwaway server per session — per
+worker under pytest-xdist, each on its own port and directory — started only when a test asks for
+it). Without PostgreSQL's binaries those tests skip, except in CI (``CI`` set), where a missing server
+is a failure rather than a silently smaller suite."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Helpers for the runtime tests: real servers, ``coddl server start`` as a subprocess on 127.0.0.1 with a free
-port and a state directory in tmp, real HTTP, real SQLite, real worker processes. Each server runs in
-its own process group so that teardown kills exactly what the test started.
+"""Helpers for the runtime tests: real servers, ``coddl server start`` as a subprocess on 127.0.0.1 on a port
+the kernel picks (``--port 0``: no race with other tests for a probed "free" one) and a state directory in
+tmp, real HTTP, real SQLite, real worker processes. Each server runs in its own process group so that
+teardown kills exactly what the test started.
 
 A server that runs as root creates a Unix account for each job owner; every server started here gets
 an account prefix of its own (``ACCOUNTS`` for this test process, then a counter), and its cleanup
@@ -95,12 +96,11 @@ class Server:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         self.python = python
-        self.port = free_port()
         self.account_prefix = f"{ACCOUNTS}{next(_servers):x}-"
         cmd = [*python, "-m", "coddl.cli", "server", "start", *(("--gpus", str(gpus)) if gpus else ()),
-               "--port", str(self.port), "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
+               "--port", "0", "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
                "--checkpoint-s", "2", "--account-prefix", self.account_prefix, *extra]
-        self.log_path = state_dir.parent / f"server-{self.port}.log"
+        self.log_path = state_dir.parent / f"server-{self.account_prefix.rstrip('-')}.log"
         self.tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
         self.tmp.mkdir(exist_ok=True)
         with open(self.log_path, "wb") as log:
@@ -108,13 +108,13 @@ class Server:
                                          env={**os.environ, "TMPDIR": str(self.tmp), **(env or {})},
                                          start_new_session=True)
         self.pgid = self.proc.pid
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = ""  # known once the server has written server.json
         self.admin: httpx.Client | None = None
         if wait:
             self.ready()
 
     def ready(self) -> Server:
-        wait_for(self._ready, 180, f"the server on port {self.port} (log: {self.log_path})", interval=0.5)
+        wait_for(self._ready, 180, f"the server (log: {self.log_path})", interval=0.5)
         self.admin_token = json.loads((self.state_dir / "client.json").read_text())["token"]
         self.admin = self.client(self.admin_token)
         return self
@@ -123,8 +123,9 @@ class Server:
         if self.proc.poll() is not None:
             raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
         info = self.state_dir / "server.json"
-        if not info.is_file() or json.loads(info.read_text()).get("pid") != self.proc.pid:
+        if not info.is_file() or (written := json.loads(info.read_text())).get("pid") != self.proc.pid:
             return False
+        self.url = written["url"]
         try:
             return httpx.get(f"{self.url}/cluster", timeout=2).status_code == 401
         except httpx.TransportError:
