@@ -17,10 +17,12 @@ demo: $(STAMP)
 	$(BIN)/coddl demo
 
 # The suite runs on pytest-xdist workers: the end-to-end tests mostly wait (on servers, training
-# workers, Ray), so more workers than cores keeps the cores busy. Tests sharing a module fixture stay
-# on one worker (--dist loadgroup; tests/conftest.py makes the groups). TEST_WORKERS=0 runs serially.
+# workers, Ray), so more workers than cores keeps the cores busy. A module's tests stay on one worker
+# (--dist loadfile), so that a module fixture (a live server, a Ray cluster, the testbed) is built
+# once; modules are handed out in collection order, end-to-end ones first (tests/conftest.py).
+# TEST_WORKERS=0 runs serially.
 TEST_WORKERS ?= 4
-PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(PYTEST)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -101,8 +102,13 @@ class Server:
                "--port", "0", "--state-dir", str(state_dir), "--policy", policy, "--period-s", "2",
                "--checkpoint-s", "2", "--account-prefix", self.account_prefix, *extra]
         self.log_path = state_dir.parent / f"server-{self.account_prefix.rstrip('-')}.log"
-        self.tmp = state_dir.parent / "tmp"  # multiprocessing's socket dirs: a killed server cannot remove them
-        self.tmp.mkdir(exist_ok=True)
+        # multiprocessing's socket dirs: a killed server cannot remove them, so they live beside the state
+        # directory; TMPDIR is a short link to it, since a socket path must fit in 108 bytes and pytest's
+        # tmp paths (longer still under pytest-xdist) leave too little room for pymp-*/listener-*
+        (state_dir.parent / "tmp").mkdir(exist_ok=True)
+        self.tmp = Path(tempfile.gettempdir()) / f"cdt-{uuid.uuid4().hex[:12]}"
+        self.tmp.symlink_to(state_dir.parent / "tmp", target_is_directory=True)
+        atexit.register(self.tmp.unlink, missing_ok=True)  # for a server no test cleaned up
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, "TMPDIR": str(self.tmp), **(env or {})},
@@ -188,6 +194,7 @@ class Server:
             os.killpg(self.pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        self.tmp.unlink(missing_ok=True)
         if os.geteuid() == 0:  # its job accounts, once the last worker running as one has gone
             wait_for(lambda: not remove_accounts(self.account_prefix)[1], 30, f"{self.account_prefix}* removed")
 
