@@ -14,7 +14,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def losses(script: str, *args: str) -> dict[int, float]:
     out = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+                         timeout=300, check=True).stdout
     return {int(step): float(loss) for step, loss in re.findall(r"step (\d+) world 1 loss ([\d.]+)", out)}
 
 

@@ -72,7 +72,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
         time.sleep(interval)
 
 
-def coddl(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
+def coddl(*args: str, env: dict[str, str] | None = None, timeout: float = 300,
           prefix: tuple[str, ...] = (sys.executable,)) -> subprocess.CompletedProcess:
     """Run the ``coddl`` CLI as a user would (a fresh interpreter; ``prefix`` may run it as another user)."""
     return subprocess.run([*prefix, "-m", "coddl.cli", *args], capture_output=True, text=True,

@@ -212,7 +212,7 @@ def test_the_state_directory_and_its_secrets_are_private(servers, attacks):
 
 def test_a_second_server_on_the_same_state_directory_is_refused(servers, attacks):
     srv = servers["root"]
-    r = coddl("server", "start", "--port", "0", "--state-dir", str(srv.state_dir), timeout=180)  # a loaded machine
+    r = coddl("server", "start", "--port", "0", "--state-dir", str(srv.state_dir), timeout=300)  # a loaded machine
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"another coddl server (pid {srv.proc.pid}" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 

@@ -73,7 +73,7 @@ def test_a_server_without_the_clusters_token_is_refused_with_one_line(ray_cluste
     env.update({k: v for k, v in cluster_env.items() if not k.startswith("RAY_AUTH")})
     r = subprocess.run([sys.executable, "-m", "coddl.cli", "server", "start", "--executor", "ray", "--ray-address",
                         address, "--ray-connect-timeout-s", "3", "--state-dir", str(tmp_path), "--port", "0"],
-                       capture_output=True, text=True, env=env, timeout=180)
+                       capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 2, r.stderr[-2000:]
     assert "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]

@@ -61,7 +61,7 @@ def test_an_address_that_never_answers_gives_up_after_the_connect_timeout(tmp_pa
     """SYNs to 10.99.0.2 leave through a veth whose peer has no address: they are never answered."""
     cmd = (f"{NETNS_SETUP} && exec {sys.executable} -m coddl.cli server start --executor ray "
            f"--ray-address 10.99.0.2:6379 --ray-connect-timeout-s 2 --state-dir {tmp_path} --port 0")
-    r = subprocess.run(["unshare", "-n", "sh", "-c", cmd], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["unshare", "-n", "sh", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == ("error: cannot reach the Ray cluster at 10.99.0.2:6379: no answer "
                                                  "within 2 s (--ray-connect-timeout-s)")

@@ -31,7 +31,7 @@ def leftovers(prefix: str) -> list[str]:
     return out
 
 
-def coddl(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def coddl(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "coddl.cli", *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "COLUMNS": "200"})
 
