@@ -159,7 +159,9 @@ def test_jobs_appear_live_resize_and_stay_private(srv, browser, tmp_path):
     assert found(d, "#job-title") and "alpha" in found(d, "#job-title")[0]["text"]
     assert found(d, "#job-gpus")[0]["data-gpus"] == "2"
     actions = [c["text"] for c in found(d, "#events td.action") if c["text"]]
-    assert actions[:2] == ["start", "start"] and "shrink" in actions  # planned, applied, then the resize
+    # the start planned and applied, and the resize after it (on a loaded machine bob's arrival can
+    # plan the shrink before alpha's start is applied, so the two starts need not be adjacent)
+    assert actions[0] == "start" and actions.count("start") >= 2 and "shrink" in actions[1:]
     assert len(found(d, "svg.chart")) >= 2
     wait_for(lambda: "[w0] step" in found(d, "#logs")[0]["text"], 60, "the job's log on its page")
 
