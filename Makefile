@@ -20,15 +20,19 @@ demo: $(STAMP)
 # workers, Ray), so more workers than cores keeps the cores busy. A module's tests stay on one worker
 # (--dist loadfile), so that a module fixture (a live server, a Ray cluster, the testbed) is built
 # once; modules are handed out in collection order, end-to-end ones first (tests/conftest.py).
-# TEST_WORKERS=0 runs serially.
+# TEST_WORKERS=0 runs serially. Tests that measure the machine itself (a link's bandwidth under tc:
+# marker `alone`) run afterwards, with nothing beside them.
 TEST_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST_ALONE := $(BIN)/python -m pytest -q -p no:cacheprovider
 
 test: $(STAMP)
-	$(PYTEST)
+	$(PYTEST) -m "not alone"
+	$(PYTEST_ALONE) -m alone
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow"
+	$(PYTEST) -m "not slow and not alone"
+	$(PYTEST_ALONE) -m "alone and not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

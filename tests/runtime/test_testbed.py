@@ -23,6 +23,9 @@ from coddl.runtime.testbed.probe import measure
 
 STEPS = 12
 
+# the rates measured here are the machine's own: other tests beside them would starve the link's traffic
+pytestmark = pytest.mark.alone
+
 
 def link_bytes(ns: str) -> tuple[int, int]:
     """Bytes node ``ns`` has sent and received on its link (eth0) so far."""
