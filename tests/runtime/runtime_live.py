@@ -34,10 +34,17 @@ ACCOUNTS = f"ct{os.urandom(3).hex()}"  # the account prefixes of this test proce
 _servers = iter(range(1 << 30))
 
 
+JOB_PRIVATE = tuple(Path(p).resolve() for p in ("/tmp", "/dev/shm", tempfile.gettempdir()))  # a job's own
+
+
 def readable(path: Path) -> Path:
-    """``path``, or a copy every account can read when it is not (a checkout under a private /root):
-    a job runs as its owner's account, and its /tmp is its own, so the copy goes to /var/tmp."""
-    parents_open = all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
+    """``path``, or a copy every account can read when it is not (a checkout under a private /root)
+    or a job would not see it (a checkout under /tmp: a job's /tmp is its own); a job runs as its
+    owner's account, so the copy goes to /var/tmp."""
+    if any(h == path.resolve() or h in path.resolve().parents for h in JOB_PRIVATE):
+        parents_open = False
+    else:
+        parents_open = all(p.stat().st_mode & stat.S_IXOTH for p in path.parents)
     if parents_open and all(p.stat().st_mode & stat.S_IROTH for p in path.rglob("*") if p.is_file()) \
             if path.is_dir() else parents_open and path.stat().st_mode & stat.S_IROTH:
         return path
