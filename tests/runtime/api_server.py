@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 
 from coddl.core.cluster import Cluster
 from coddl.runtime.api import ClusterInfo, create_app
+from coddl.runtime.isolation import Isolation
 from coddl.runtime.limits import ApiLimits
 from coddl.runtime.server import HttpServer
 from coddl.runtime.store import EventRow, Store
@@ -43,7 +44,8 @@ class LiveApi:
 def live_api(store: Store, state: Path, limits: ApiLimits = ApiLimits(), gpus: int = 4) -> Iterator[LiveApi]:
     app_woken: list[float] = []
     app = create_app(store, ClusterInfo(Cluster.for_gpus(gpus, 4), "local", "max-min()"), state / "jobs",
-                     lambda: app_woken.append(time.time()), limits)
+                     lambda: app_woken.append(time.time()), limits,
+                     unseen=Isolation("sandbox", (str(state.resolve()),)).unseen)  # as a server's jobs see
     http = HttpServer(app, "127.0.0.1", 0)
     http.start()
     tokens = {"alice": store.create_token("alice"), "bob": store.create_token("bob"),

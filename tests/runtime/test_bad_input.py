@@ -10,6 +10,7 @@ lone surrogate), ``RAW(bytes)`` sent as it is, or None. The server's body limit 
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from coddl.runtime.limits import ApiLimits
 from coddl.runtime.store import Store
 
 LIMIT = 64 * 1024
+IN_TMP = tempfile.NamedTemporaryFile(suffix=".py", dir="/tmp")  # a script no confined job sees; removed on exit
 DROP = object()
 BIG = 2**63
 SURROGATE, LOW_SURROGATE, NUL = "\ud800", "\udfff", "\x00"
@@ -192,6 +194,8 @@ FIELD_CASES = [
      "job: command: script path must be absolute"),
     ("command: no such script", "POST", "/jobs", "alice", job(command=["python", "/nonexistent/t.py"]), 422,
      "job: command: no such script on the server"),
+    ("command: script under /tmp", "POST", "/jobs", "alice", job(command=["python", IN_TMP.name]), 422,
+     "which a job does not see (its /tmp is its own)"),
     ("command: script name too long", "POST", "/jobs", "alice", job(command=["python", "/" + "a" * 5000 + ".py"]),
      422, "job: command: File name too long"),
     ("command: not Python", "POST", "/jobs", "alice", job(command=["bash", str(TINY_JOB)]), 422,

@@ -76,8 +76,10 @@ def _statuses(status: str | None) -> tuple[str, ...]:
 
 
 def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Callable[[], None],
-               limits: ApiLimits = ApiLimits(), on_queues: Callable[[], None] = lambda: None) -> FastAPI:
-    """``on_change``: a job was submitted or cancelled; ``on_queues``: an admin changed the queues."""
+               limits: ApiLimits = ApiLimits(), on_queues: Callable[[], None] = lambda: None,
+               unseen: Callable[[str], str | None] = lambda _script: None) -> FastAPI:
+    """``on_change``: a job was submitted or cancelled; ``on_queues``: an admin changed the queues;
+    ``unseen``: why a job could not see a script (``Isolation.unseen``), or None."""
     app = FastAPI(title="coddl", version="0.1.0", default_response_class=SafeJSONResponse,
                   description="Elastic GPU-cluster scheduler for deep-learning training. "
                               "Every endpoint needs `Authorization: Bearer TOKEN` (`coddl token create USER`). "
@@ -130,6 +132,8 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
                 raise HTTPException(422, f"job: command: {e.strerror}: {short(script)}") from None
             if not exists:
                 raise HTTPException(422, f"job: command: no such script on the server: {short(script, 200)}")
+            if (why := unseen(script)) is not None:
+                raise HTTPException(422, f"job: command: {short(script, 200)} {why}")
         problem = fit_problem(info.cluster, job.min_gpus)
         if limits.too_large == "refuse":  # (held instead: a job over its queue's ceiling waits for a new quota)
             refused = problem or queue_fit_problem(store, info.cluster, owner, job.min_gpus)

@@ -62,6 +62,20 @@ class Isolation:
                 "sandbox": f"jobs sandboxed as {getpass.getuser()} (user namespaces)",
                 "none": "NONE: jobs run with the server's privileges (--unsafe-no-isolation)"}[self.mode]
 
+    def unseen(self, path: str) -> str | None:
+        """Why a job could not see ``path`` (a script it is to run), or None: a confined job's /tmp and
+        /dev/shm are its own, and the state directory does not exist for it."""
+        if self.mode == "none":
+            return None
+        p = Path(path).resolve()
+        for private in ("/tmp", "/dev/shm"):
+            if p.is_relative_to(Path(private).resolve()):
+                return f"is under {private}, which a job does not see (its {private} is its own): " \
+                       "put it where its owner can read it"
+        if any(p.is_relative_to(h) for h in self.hide):
+            return "is inside the server's state directory, which no job sees"
+        return None
+
     def confinement(self, owner: str, job_dir: Path) -> Confinement | None:
         """What a job's workers get (accounts are resolved later, on the node that starts them)."""
         if self.mode == "none":

@@ -209,7 +209,7 @@ class Runtime:
     def app(self) -> FastAPI:
         info = ClusterInfo(self.executor.cluster, self.executor.kind, self.scheduler.policy.describe())
         app = create_app(self.store, info, self.jobs_dir, self.controller.wake, self.config.limits,
-                         on_queues=self.reload_queues)
+                         on_queues=self.reload_queues, unseen=self.isolation.unseen)
         app.include_router(metrics_router(self.metrics))
         mount_dashboard(app, self.store, info, self.jobs_dir)
         return app
