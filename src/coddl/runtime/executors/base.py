@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Union
 
 from coddl.core.allocation import Plan
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
-from coddl.elastic.protocol import Inspection
+
+if TYPE_CHECKING:  # importing coddl.elastic loads torch: the simulator, which uses these types, must not pay 2 s
+    from coddl.elastic.protocol import Inspection
 
 
 @dataclass(frozen=True)
