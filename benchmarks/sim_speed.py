@@ -6,7 +6,12 @@ seconds, simulated events per second, microseconds per event and peak RSS; plus 
 128 GPUs, the size at which the Tiresias simulator needs about 15 CPU-seconds. Each run is a fresh
 process so peak RSS is its own.
 
+``--scale`` instead measures how the cost per event grows with the trace: Poisson traces of 10k to
+1M jobs drawn from the digest's (duration, GPUs) pairs at offered load 0.8 on 16,384 GPUs (2,048
+nodes × 8), µs per event and peak RSS per size (goal: flat).
+
     python benchmarks/sim_speed.py [--policies fifo,afs-l] [--sizes 10000,20000,40000,0] [--repeat 1]
+    python benchmarks/sim_speed.py --scale [--policies fifo,max-min] [--sizes 10000,100000,1000000]
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ def one(policy: str, size: int, gpus: int) -> dict:
 
     curves = load_coddl_curves()
     specs = build_workload(load_trace("philly", limit=size or None), curves, seed=1)
-    sched = Scheduler(Cluster.for_gpus(gpus, 8), make_policy(policy), curves, seed=1)
+    sched = Scheduler(Cluster.for_gpus(gpus, 8), make_policy(policy), curves, seed=1, validate=False)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     res = simulate(specs, sched, record_timeline=False)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
@@ -44,6 +49,61 @@ def one(policy: str, size: int, gpus: int) -> dict:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "avg_jct_h": round(s.avg_jct / 3600, 3), "makespan_h": round(s.makespan / 3600, 2),
     }
+
+
+DEFAULT_SIZES = "10000,20000,40000,0"
+SCALE_GPUS = 16_384
+SCALE_LOAD = 0.8
+
+
+def one_scaled(policy: str, size: int) -> dict:
+    """``size`` jobs drawn from the digest, Poisson arrivals at load 0.8 on 16,384 GPUs."""
+    from coddl.core import Cluster
+    from coddl.perf.curves import load_coddl_curves
+    from coddl.policies import make_policy
+    from coddl.scheduler import Scheduler
+    from coddl.sim.engine import simulate
+    from coddl.sim.workload import build_workload
+    from coddl.traces import poisson_trace
+
+    curves = load_coddl_curves()
+    cpu0 = time.process_time()
+    specs = build_workload(poisson_trace(size, SCALE_LOAD, SCALE_GPUS, 1, demand="philly-digest"), curves, seed=1)
+    build = time.process_time() - cpu0
+    sched = Scheduler(Cluster.for_gpus(SCALE_GPUS, 8), make_policy(policy), curves, seed=1, validate=False)
+    cpu0 = time.process_time()
+    res = simulate(specs, sched, record_timeline=False)
+    cpu = time.process_time() - cpu0
+    return {
+        "policy": policy, "jobs": len(specs), "gpus": SCALE_GPUS, "load": SCALE_LOAD,
+        "build_cpu_s": round(build, 2), "cpu_s": round(cpu, 2), "events": res.events, "steps": res.steps,
+        "us_per_event": round(1e6 * cpu / res.events, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def scale(policies: list[str], sizes: list[int]) -> None:
+    from rich.progress import Progress
+
+    runs = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task("scaling", total=len(policies) * len(sizes))
+        for p in policies:
+            for size in sizes:
+                out = subprocess.run([sys.executable, __file__, "--one-scaled", p, str(size)],
+                                     capture_output=True, text=True, check=True)
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                bar.console.print(json.dumps(runs[-1]))
+                bar.advance(task)
+    growth = {}
+    for p in policies:
+        pts = sorted((r["jobs"], r["us_per_event"]) for r in runs if r["policy"] == p)
+        growth[p] = round(pts[-1][1] / pts[0][1], 2)
+    print(json.dumps({
+        "benchmark": "sim_speed --scale", "demand": "philly digest (duration, GPUs) pairs",
+        "cluster": f"{SCALE_GPUS // 8} nodes x 8 GPUs", "load": SCALE_LOAD, "goal": "flat cost per event",
+        "us_per_event_growth_largest_vs_smallest": growth, "runs": runs,
+    }, indent=2))
 
 
 def trace_load_cpu_s() -> float:
@@ -67,12 +127,21 @@ def run_child(policy: str, size: int, gpus: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--policies", default="", help="comma-separated; default: every registered policy")
-    ap.add_argument("--sizes", default="10000,20000,40000,0", help="jobs per run; 0 = the whole digest")
+    ap.add_argument("--sizes", default=DEFAULT_SIZES, help="jobs per run; 0 = the whole digest")
     ap.add_argument("--repeat", type=int, default=1, help="runs per point; the median is reported")
+    ap.add_argument("--scale", action="store_true", help="cost per event from 10k to 1M jobs on 16,384 GPUs")
     ap.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--one-scaled", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         print(json.dumps(one(a.one[0], int(a.one[1]), int(a.one[2]))))
+        return
+    if a.one_scaled:
+        print(json.dumps(one_scaled(a.one_scaled[0], int(a.one_scaled[1]))))
+        return
+    if a.scale:
+        sizes = [int(x) for x in a.sizes.split(",")] if a.sizes != DEFAULT_SIZES else [10_000, 100_000, 1_000_000]
+        scale([p for p in a.policies.split(",") if p] or ["fifo", "max-min"], sizes)
         return
     from coddl.policies import available
 

@@ -25,6 +25,16 @@ def test_deterministic_for_a_seed_and_drawn_from_philly_sizes():
     assert arrivals[0] == 0.0 and np.all(np.diff(arrivals) >= 0)
 
 
+def test_digest_demand_draws_whole_pairs_of_the_bundled_digest():
+    digest = {(j.duration, j.num_gpus) for j in load_trace("philly").jobs}
+    t = poisson_trace(3000, 0.8, 16_384, seed=4, demand="philly-digest")
+    pairs = {(j.duration, j.num_gpus) for j in t.jobs}
+    assert pairs <= digest
+    assert len({g for _, g in pairs}) > 4  # the digest's sizes, not Gavel's 1/2/4/8
+    assert min(d for d, _ in pairs) < 3600  # the digest has jobs under an hour; Gavel's has none
+    assert trace_stats(t, 16_384).offered_load == pytest.approx(0.8, rel=1e-9)
+
+
 def test_gaps_look_exponential():
     t = poisson_trace(5000, 1.0, 64, seed=3)
     gaps = np.diff([j.arrival for j in t.jobs])
@@ -41,7 +51,7 @@ def test_jobs_wider_than_the_cluster_are_not_drawn():
     ({"num_jobs": 0}, "num_jobs: expected a positive integer, got 0"),
     ({"load": 0.0}, "load: expected a positive number, got 0.0"),
     ({"cluster_gpus": 0}, "cluster_gpus: expected a positive integer, got 0"),
-    ({"demand": "zipf"}, "demand: unknown 'zipf'; known: philly"),
+    ({"demand": "zipf"}, "demand: unknown 'zipf'; known: philly, philly-digest"),
 ])
 def test_bad_arguments(kwargs, message):
     args = {"num_jobs": 10, "load": 1.0, "cluster_gpus": 64, "seed": 0} | kwargs

@@ -11,13 +11,28 @@ trace is Poisson at rate (n - 1) / span and its offered load is the target exact
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 import numpy as np
 
 from coddl.traces.gavel import JobSizeDistribution, philly_job_sizes
 from coddl.traces.model import Trace, TraceError, TraceJob
 
-DEMANDS: dict[str, Callable[[], JobSizeDistribution]] = {"philly": philly_job_sizes}
+
+
+@lru_cache(maxsize=1)
+def philly_digest_sizes() -> JobSizeDistribution:
+    """The (duration, GPUs) pairs of the bundled Philly digest's 82,247 jobs: scaling studies draw
+    their jobs from the trace the simulator's figures are quoted on."""
+    from coddl.traces.loader import load_trace
+
+    jobs = load_trace("philly").jobs
+    return JobSizeDistribution(np.array([j.duration for j in jobs], dtype=np.float64),
+                               np.array([j.num_gpus for j in jobs], dtype=np.int64))
+
+
+DEMANDS: dict[str, Callable[[], JobSizeDistribution]] = {"philly": philly_job_sizes,
+                                                         "philly-digest": philly_digest_sizes}
 
 
 def poisson_trace(num_jobs: int, load: float, cluster_gpus: int, seed: int,
