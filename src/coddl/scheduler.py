@@ -136,7 +136,8 @@ class Scheduler:
         """Plan the job on a curve of its own (iterations/s on k = 0, 1, … GPUs; the real system's
         estimate from the job's profile) instead of its model's: it becomes a row of ``curves``
         that the policies read like any model's, at speed 1 (the curve is already corrected).
-        ``max_gpus`` is where more GPUs stop helping; the job's own limit still applies."""
+        ``max_gpus`` is where more GPUs stop helping; the job's own limit still applies (the
+        smaller wins, never below its minimum)."""
         t, curves = self.table, self.curves
         r = t.row[job_id]
         width = curves.kmax + 1
@@ -163,7 +164,7 @@ class Scheduler:
         t.speed[r] = 1.0
         if max_gpus is not None:
             spec = t.specs[r]
-            limit = spec.max_gpus if spec.max_gpus is not None else max_gpus
+            limit = min(spec.max_gpus, max_gpus) if spec.max_gpus is not None else max_gpus
             t.max_gpus[r] = max(min(limit, self.cluster.total_gpus), min(spec.min_gpus, self.cluster.total_gpus))
         self.dirty = True
 

@@ -200,6 +200,35 @@ class ConsolidatingPlacer:
             need -= count
         return shape
 
+    def reachable(self, old: Gpus, kmax: int, gpu_type: int = -1) -> list[Shape]:
+        """For k = 1 … kmax, the (node, GPUs) a job holding ``old`` would get if it alone were
+        resized to k now, by the rules of ``_shrink`` and ``_grow`` (nothing is taken): what a
+        policy must price a count at when a spread placement runs slower than a consolidated one.
+        Stops at the GPUs free (of ``gpu_type``) plus the job's own; the shape is the job's only."""
+        nodes = self.gpu.node_of[np.asarray(old, dtype=np.int64)]
+        held = np.bincount(nodes, minlength=self._nodes)
+        free = np.where(self._allowed(gpu_type, 0), self.gpu.node_free, 0)
+        kept = sorted(np.flatnonzero(held).tolist(), key=lambda n: (-int(held[n]), n))  # _shrink's order
+        grow_first = sorted(np.flatnonzero(held).tolist(), key=lambda n: -int(free[n]))  # _grow's order
+        out: list[Shape] = []
+        for k in range(1, min(kmax, len(old) + int(free.sum())) + 1):
+            have = np.zeros(self._nodes, dtype=np.int64)
+            need = k
+            for n in kept:  # a shrink keeps the nodes holding most of the job
+                have[n] = min(int(held[n]), need)
+                need -= int(have[n])
+            left = free.copy()
+            for n in grow_first:  # a grow fills the job's own nodes first
+                take = min(need, int(left[n]))
+                have[n] += take
+                left[n] -= take
+                need -= take
+            if need:
+                for n, c in self._shape(left, need):
+                    have[n] += c
+            out.append([(int(n), int(have[n])) for n in np.flatnonzero(have)])
+        return out
+
     # ------------------------------------------------------------------ GPU types (mixed clusters)
     def _grow_any_type(self, job: JobId, old: Gpus, want: int, cores_per_gpu: int) -> Gpus:
         """A ``gpu_type=-1`` request on a mixed cluster without mixing: see the module docstring."""

@@ -11,7 +11,10 @@ Estimation: an elastic job the store holds no profile of is launched with inspec
 (``CODDL_INSPECT``): its first steps time its compute at several local batches, and its report
 becomes the job's profile (``coddl.runtime.estimation``), stored, after which the job is planned on
 the estimator's curve for this cluster (``Scheduler.set_curve``) and placed with the estimator as the
-placer's scorer. Until then a known model name plans it on that model's measured curve, any other
+placer's scorer. With a cluster spec's measured links on more than one node, each count of GPUs
+is priced at the placement the placer would give it at that decision (``estimation.planned_curve``):
+a communication-heavy job that would run slower on 3 GPUs across two nodes than on 2 in one sees
+that in its curve, and its useful GPUs stop at 2. Until then a known model name plans it on that model's measured curve, any other
 on the conservative default (``coddl.runtime.models``).
 
 Online correction: each progress report is one throughput sample. For a profiled job it is a row at
@@ -58,7 +61,7 @@ from coddl.runtime.executors.base import (
     WorkerLostEvent,
     WorkersEvent,
 )
-from coddl.runtime.estimation import Estimates
+from coddl.runtime.estimation import Estimates, by_placement, planned_curve, reprice
 from coddl.runtime.lease import LeaseLost
 from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
@@ -94,6 +97,7 @@ class Controller:
         self._held: set[JobId] = set()  # jobs that can never fit this cluster: queued, never planned
         self.estimates = Estimates(scheduler.cluster)  # inspected jobs: profiles, beliefs, curves
         self._labels: dict[JobId, str] = {}  # the model name each job's profile rows carry
+        self._by_placement = by_placement(scheduler.cluster)
         scheduler.placer.scorer = self._score
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
@@ -338,7 +342,7 @@ class Controller:
                                 f"at local batch {m.b_ref:.3g}, fixed share {m.fixed_share:.2f}")
 
     def _plan_on_estimate(self, jid: JobId) -> tuple[np.ndarray, int]:
-        rate, useful = self.estimates.curve(jid, self.scheduler.cluster.total_gpus)
+        rate, useful = self._estimated_curve(jid)
         self.scheduler.set_curve(jid, rate, useful)
         self._corrections.pop(jid, None)
         self._pushed.pop(jid, None)
@@ -351,12 +355,15 @@ class Controller:
         for jid in list(self.estimates.jobs):
             if jid not in s.table.row or not self.estimates.correct(jid):
                 continue
-            rate, useful = self.estimates.curve(jid, s.cluster.total_gpus)
+            rate, useful = self._estimated_curve(jid)
             old = s.curves.rate[int(s.table.model[s.table.row[jid]]), : rate.size]
             moved = np.abs(rate[1:] / np.maximum(old[1:], 1e-300) - 1.0).max()
             self.store.save_profile(int(jid), self.estimates.jobs[jid].record(rate, useful), time.time())
             if moved > self.settings.speed_tolerance:
                 s.set_curve(jid, rate, useful)
+
+    def _estimated_curve(self, jid: JobId) -> tuple[np.ndarray, int]:
+        return planned_curve(self.scheduler, self.estimates, jid, by_placement=self._by_placement)
 
     def _score(self, jid: JobId, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
         """The placer's scorer: the estimator for a profiled job; otherwise its GPUs at the slowest one's pace."""
@@ -375,6 +382,8 @@ class Controller:
 
     def _plan(self, now: float) -> None:
         t0 = time.perf_counter()
+        if self._by_placement:  # what is free decides where each count of GPUs would land
+            reprice(self.scheduler, self.estimates)
         step = self.scheduler.step(now)
         self.observe_decision(time.perf_counter() - t0, len(step.plan.actions))
         if step.plan.actions:

@@ -21,7 +21,7 @@ a restarted controller rebuilds the same belief and plans the job exactly as bef
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from coddl.perf.estimator import Estimator, Placement
 from coddl.perf.inspection import Timings, measured_row, profile_rows, table_records
 from coddl.perf.jobmodel import JobModel, Prior
 from coddl.perf.table import ProfileTable
+
+if TYPE_CHECKING:
+    from coddl.scheduler import Scheduler
 
 PROFILE_VERSION = 1
 # Spread (log) of a job's communication efficiency η when the cluster's links were not measured
@@ -128,6 +131,24 @@ class Estimates:
         rate[usable + 1:] = rate[usable]
         return rate, int(np.argmax(rate[: usable + 1]))
 
+    def placed_curve(self, job_id: JobId, shapes: list[tuple[tuple[int, ...], tuple[str, ...]]],
+                     kmax: int) -> tuple[np.ndarray, int]:
+        """``curve`` priced where the GPUs are: k = 1 … len(shapes) on ``shapes[k - 1]`` (GPUs per
+        node and their types: the placement the job would get now, ``ConsolidatingPlacer.reachable``),
+        larger k consolidated as in ``curve``. A communication-heavy job whose third GPU would sit
+        across a slow link is slower on 3 than on 2, so its useful count stops at 2 and the policy
+        sees the rate it will get. Useful is the first count whose next GPU would not make the job
+        faster: GPUs are handed out one at a time, so a faster count beyond a dip (4 GPUs in one
+        node, once other jobs leave) is only reached through the dip, and is priced again then."""
+        est = self.jobs[job_id]
+        rate, _ = self.curve(job_id, kmax)
+        usable = kmax if est.global_batch is None else min(kmax, est.global_batch)
+        for k, (per_node, types) in enumerate(shapes[:usable], 1):
+            rate[k] = self.shape_rate(job_id, per_node, types)
+        rate[usable + 1:] = rate[usable]
+        drops = np.flatnonzero(np.diff(rate[1: usable + 1]) <= 0)
+        return rate, int(drops[0]) + 1 if drops.size else usable
+
     def shape_rate(self, job_id: JobId, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
         """The placer's scorer: iterations/s of the job on this shape."""
         est = self.jobs[job_id]
@@ -153,3 +174,43 @@ class Estimates:
         est.measured = [*est.measured, *rows][-MAX_MEASURED:]
         est.model = self._fit(est.profile, est.measured)
         return True
+
+
+# ---- the curve the scheduler plans a profiled job on ----
+def by_placement(cluster: Cluster) -> bool:
+    """Whether counts are priced at the placement they would get: only where the links were
+    measured (a ``--cluster`` spec; the defaults say nothing about this cluster) and a job can span nodes."""
+    return len(cluster.nodes) > 1 and cluster.links != LinkSpec()
+
+
+def planned_curve(scheduler: Scheduler, estimates: Estimates, job_id: JobId, *,
+                  by_placement: bool) -> tuple[np.ndarray, int]:
+    """The profiled job's curve on the scheduler's cluster, and its useful GPUs. ``by_placement``:
+    each count is priced at the placement the placer would give the job now
+    (``ConsolidatingPlacer.reachable``), so whichever of "2 GPUs in one node" and "3 across two"
+    the estimator finds faster is what the policy sees. Otherwise — and for an any-type job on a
+    mixed cluster, which the placer may move between types — on consolidated placements."""
+    s = scheduler
+    kmax = s.cluster.total_gpus
+    spec = s.table.specs[s.table.row[job_id]]
+    types = s.cluster.type_names
+    gpu_type = types.index(spec.gpu_type) if spec.gpu_type in types else -1
+    if not by_placement or (gpu_type < 0 and len(types) > 1):
+        return estimates.curve(job_id, kmax)
+    node_type = [n.gpu_type for n in s.cluster.nodes]
+    shapes = s.placer.reachable(s.allocation.gpus.get(job_id, ()), kmax, gpu_type)
+    return estimates.placed_curve(job_id, [(tuple(c for _, c in sh), tuple(node_type[n] for n, _ in sh))
+                                           for sh in shapes], kmax)
+
+
+def reprice(scheduler: Scheduler, estimates: Estimates) -> None:
+    """Before a decision: what is free decides where each count of GPUs would land, so every
+    profiled job's curve is priced again on the placements it would get now (set only if it moved)."""
+    s = scheduler
+    for job_id in estimates.jobs:
+        if job_id not in s.table.row:
+            continue
+        rate, useful = planned_curve(s, estimates, job_id, by_placement=True)
+        m = int(s.table.model[s.table.row[job_id]])
+        if not np.array_equal(s.curves.rate[m, : rate.size], rate):
+            s.set_curve(job_id, rate, useful)
