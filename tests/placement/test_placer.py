@@ -175,3 +175,26 @@ def test_compiled_one_type_path_places_exactly_as_the_python_path(rounds, shape)
                 current[j] = pl.gpus
             else:
                 current.pop(j, None)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_reachable_shapes_are_where_the_placer_would_put_the_job(data):
+    """``reachable(old, kmax)[k - 1]`` is exactly the GPUs per node that ``place`` gives a job holding
+    ``old`` when it alone is resized to k, on every occupancy of a 3 × 4 cluster; nothing is taken."""
+    c = Cluster.for_gpus(12, 4)
+    p = ConsolidatingPlacer(c)
+    taken = data.draw(st.lists(st.integers(0, 11), unique=True, max_size=11))
+    split = data.draw(st.integers(0, len(taken)))
+    old, others = tuple(sorted(taken[:split])), tuple(taken[split:])
+    p.claim(old + others)
+    free_before = p.free.copy()
+    shapes = p.reachable(old, 12)
+    assert np.array_equal(p.free, free_before)
+    assert len(shapes) == len(old) + int(free_before.sum())
+    for k, shape in enumerate(shapes, 1):
+        trial = ConsolidatingPlacer(c)
+        trial.claim(old + others)
+        placed = trial.place({"j": old}, [Request("j", k)])["j"].gpus
+        counts = np.bincount(c.node_of_gpu[np.asarray(placed)], minlength=3)
+        assert shape == [(int(n), int(counts[n])) for n in np.flatnonzero(counts)], (old, others, k)
