@@ -5,7 +5,8 @@ STEPS steps of a tiny model with an all-reduce per step, and keeps its own check
 
 On SIGTERM every rank stops at the same step (the stop flag rides on the step's all-reduce) and
 records it. Each rank appends what it saw at start to ``starts.jsonl``: its environment, its working
-directory and the sum of all ranks (a check that the group really formed).
+directory, the sum of all ranks (a check that the group really formed), its network namespace and the
+network interfaces it sees.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 
 import torch
@@ -32,12 +34,14 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 dist.init_process_group("gloo", init_method="env://")
 ranks = torch.tensor([float(rank)])
 dist.all_reduce(ranks)
-seen = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                       "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "TORCHELASTIC_RESTART_COUNT")}
+seen = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                       "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+                                       "TORCHELASTIC_RESTART_COUNT")}
 step = json.load(open("ckpt.json"))["step"] if os.path.exists("ckpt.json") else 0
 with open("starts.jsonl", "a") as f:
     f.write(json.dumps({"env": seen, "cwd": os.getcwd(), "uid": os.getuid(), "sum": ranks.item(),
-                        "from_step": step, "pid": os.getpid()}) + "\n")
+                        "from_step": step, "pid": os.getpid(), "netns": os.stat("/proc/self/ns/net").st_ino,
+                        "interfaces": [name for _, name in socket.if_nameindex()]}) + "\n")
 steps = int(os.environ.get("STEPS", "20"))
 model = torch.nn.Linear(4, 1)
 while step < steps:

@@ -11,6 +11,7 @@ other's accounts, and the machine ends with the accounts it began with."""
 from __future__ import annotations
 
 import atexit
+import glob
 import json
 import os
 import shutil
@@ -66,6 +67,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def netns_alive(ino: int) -> bool:
+    """Whether any process is in network namespace ``ino`` or holds a descriptor of it."""
+    want = f"net:[{ino}]"
+    for link in glob.glob("/proc/[0-9]*/ns/net") + glob.glob("/proc/[0-9]*/fd/*"):
+        try:
+            if os.readlink(link) == want:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -2,18 +2,27 @@
 knows nothing of coddl runs as a gang with torchrun's environment, as its owner's account and in its
 job directory; being restartable, the scheduler shrinks it by restart when another job arrives (every
 rank stops at one step on SIGTERM, the new gang resumes from the script's own checkpoint) and it
-finishes; a rigid one is cancelled with SIGTERM and its ranks stop cleanly."""
+finishes; a rigid one is cancelled with SIGTERM and its ranks stop cleanly.
+
+On a root server each gang runs in a network namespace of its own: while it trains, neither root on
+the host nor another account reaches its ``TCPStore`` on ``MASTER_PORT`` (the same attempts reach a
+``TCPStore`` on the host's loopback), and once the gang has stopped its namespace is gone."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import pwd
+import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from runtime_live import Server, readable, tiny_job, wait_for
+import torch.distributed as dist
+from runtime_live import Server, netns_alive, readable, tiny_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +33,42 @@ STEPS = 400
 def starts(job_dir: Path) -> list[dict]:
     path = job_dir / "starts.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+ROOT = os.geteuid() == 0
+HOST_NETNS = os.stat("/proc/self/ns/net").st_ino
+# a plain connection as another account (nobody), with the system's Python (no torch to import)
+SYSTEM_PYTHON = "/usr/bin/python3"
+CONNECT = ("import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2).close()\n"
+           "except OSError as e:\n    sys.exit(f'refused: {e}')")
+AS_NOBODY = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--")
+CAN_RUN_AS_NOBODY = ROOT and bool(shutil.which("setpriv")) and os.access(SYSTEM_PYTHON, os.X_OK)
+
+
+def reaches_store(port: int) -> bool:
+    """Root on the host, as a TCPStore client of 127.0.0.1:``port`` (a store there has no authentication)."""
+    try:
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=2))
+        store.set("intruder", "was here")
+        return True
+    except (RuntimeError, ValueError):  # DistNetworkError / DistStoreError: nothing, or not a store
+        return False
+
+
+def nobody_connects(port: int) -> bool:
+    r = subprocess.run((*AS_NOBODY, SYSTEM_PYTHON, "-c", CONNECT, str(port)), capture_output=True, text=True,
+                       timeout=60, cwd="/")
+    assert r.returncode == 0 or "refused:" in r.stderr, r.stderr  # it ran, and either connected or not
+    return r.returncode == 0
+
+
+def assert_own_network(ranks: list[dict]) -> int:
+    """Every rank of one gang in one namespace of the gang's own, with only lo; returns its inode."""
+    assert len({s["netns"] for s in ranks}) == 1, ranks
+    ino = ranks[0]["netns"]
+    assert ino != HOST_NETNS and all(s["interfaces"] == ["lo"] for s in ranks), ranks
+    return ino
 
 
 def command_job(name: str, steps: int, **fields) -> dict:  # noqa: ANN003
@@ -50,12 +95,22 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
         if os.geteuid() == 0:  # a root server runs it as bob's account
             assert pwd.getpwuid(s["uid"]).pw_name == srv.account("bob")
     assert sorted(s["env"]["CUDA_VISIBLE_DEVICES"] for s in first) == ["0", "1"]
+    if ROOT:  # its rendezvous is its own: reachable by its two ranks (they met), by nobody on the host
+        first_ns = assert_own_network(first)
+        port = int(first[0]["env"]["MASTER_PORT"])
+        assert not reaches_store(port), "root on the host wrote to the gang's TCPStore"
+        if CAN_RUN_AS_NOBODY:
+            assert not nobody_connects(port), "another account connected to the gang's MASTER_PORT"
     # max-min: one GPU each, so a shrinks; the visitor stays until a's restart on one GPU has been seen
     # (on a loaded machine, starting Python and torch may take longer than a short visitor would run)
     b = srv.submit(tiny_job("visitor", steps=100_000, max_gpus=1))
     shrunk = wait_for(lambda: [s for s in starts(job_dir) if s["env"]["WORLD_SIZE"] == "1"], 120,
                       "the restart on one GPU")[0]
     assert shrunk["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", starts(job_dir)
+    if ROOT:  # the restart got a fresh namespace; the first one went with its gang
+        assert assert_own_network([shrunk]) != first_ns
+        wait_for(lambda: not netns_alive(first_ns), 30, "the first gang's network namespace to go")
+        assert not reaches_store(int(shrunk["env"]["MASTER_PORT"]))
     term = [(job_dir / f"term-{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
     assert term[0] == term[1] == ["2", str(shrunk["from_step"])], term  # stopped together, resumed there
     assert srv.admin.delete(f"/jobs/{b}").status_code == 202  # then a grows back (a restart at two) and finishes
@@ -65,6 +120,12 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
     assert sizes[:2] == [2, 1], sizes
     assert sizes[-1] == 2 and starts(job_dir)[-1]["from_step"] >= shrunk["from_step"], sizes
     assert [e["action"] for e in done["events"] if e["kind"] == "applied"][:3] == ["start", "shrink", "grow"]
+    network = [e["detail"] for e in done["events"] if e["kind"] == "network"]
+    assert len(network) == 1 and ("own network namespace" in network[0]) == ROOT, network  # one node throughout
+    if ROOT:
+        last = assert_own_network([s for s in starts(job_dir) if s["env"]["TORCHELASTIC_RESTART_COUNT"] ==
+                                   starts(job_dir)[-1]["env"]["TORCHELASTIC_RESTART_COUNT"]])
+        wait_for(lambda: not netns_alive(last), 30, "the last gang's network namespace to go")
 
 
 def test_a_rigid_command_job_runs_at_its_size_and_a_cancel_stops_it_with_sigterm(srv):
@@ -79,6 +140,17 @@ def test_a_rigid_command_job_runs_at_its_size_and_a_cancel_stops_it_with_sigterm
     term = [f.read_text().split() for f in files]
     assert term[0] == term[1] and term[0][0] == "2", term  # both ranks saw SIGTERM and stopped at one step
     assert srv.job(c)["status"] == "cancelled"
+    if ROOT:
+        ino = assert_own_network(starts(job_dir))
+        wait_for(lambda: not netns_alive(ino), 30, "the cancelled gang's network namespace to go")
+
+
+def test_the_intruders_reach_a_store_in_the_hosts_network():
+    """The attempts above are real: a TCPStore on the host's loopback is reached by both."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    assert reaches_store(store.port) and store.get("intruder") == b"was here"
+    if CAN_RUN_AS_NOBODY:
+        assert nobody_connects(store.port)
 
 
 def test_a_command_job_sees_nothing_of_the_server(srv):

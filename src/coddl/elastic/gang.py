@@ -3,9 +3,16 @@
 A command job does not use ``coddl.elastic``: coddl cannot move its state between processes, so it
 runs at exactly the size it was given, one process per slot, all started together (a gang), with the
 environment ``torchrun`` would give it: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (a free port on the job's host, chosen at each start),
-``CUDA_VISIBLE_DEVICES`` (the slot's GPU) and ``TORCHELASTIC_RESTART_COUNT``. Every process is a
-pooled worker running the program (``WorkerSpec.program``), so it is confined like any job's.
+``GROUP_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ``CUDA_VISIBLE_DEVICES`` (the slot's GPU) and
+``TORCHELASTIC_RESTART_COUNT``. Every process is a pooled worker running the program
+(``WorkerSpec.program``), so it is confined like any job's.
+
+Where the ranks meet (``Rendezvous``): a gang on one node meets at ``127.0.0.1`` and, confined, gets a
+key (``Confinement.network``) under which the node's launcher gives all its ranks one network
+namespace of their own (``coddl.runtime.netns``, root servers), so that no other process reaches its
+``TCPStore`` or its collectives; the namespace is released when the gang stops. A gang across nodes
+meets at rank 0's node, on a port free there at each start; ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
+``GROUP_RANK`` count ranks and nodes as torchrun does (nodes in the order of their first rank).
 
 Stopping (preemption, cancel, a resize) sends SIGTERM to every process and waits the job's grace
 period before SIGKILL. A resize is a restart at the new size (stop, then start), which only a job
@@ -20,15 +27,17 @@ any other fails with the failed rank's exit code as its reason.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from coddl.elastic.job import JobPhase, JobReport, WorkerGroup
 from coddl.elastic.pool import Launcher, WorkerHandle, WorkerPool
@@ -36,10 +45,37 @@ from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
 
 
+LOOPBACK = "127.0.0.1"
+# a gang on one node talks over loopback (in its own namespace, the only interface it has); the job's
+# own env may say otherwise
+ONE_NODE_ENV = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+
+
+class Rendezvous(Protocol):
+    """The executor's nodes as a gang sees them."""
+
+    def node_of(self, slot: int) -> int:
+        """The node that runs ``slot``'s rank."""
+
+    def master(self, node: int, one_node: bool) -> tuple[str, int]:
+        """``MASTER_ADDR`` and ``MASTER_PORT`` for a gang whose rank 0 runs on ``node``: loopback if
+        ``one_node`` (every rank there), else the node's address; a port free there now."""
+
+
+@dataclass(frozen=True)
+class OneHost:
+    """Every slot on this host."""
+
+    def node_of(self, slot: int) -> int:
+        return 0
+
+    def master(self, node: int, one_node: bool) -> tuple[str, int]:
+        return LOOPBACK, free_port(LOOPBACK)
+
+
 @dataclass(frozen=True)
 class GangConfig:
-    """How to run a command job: ``program`` and ``args`` as given, ``host`` the address its ranks
-    meet at (``MASTER_ADDR``)."""
+    """How to run a command job: ``program`` and ``args`` as given."""
 
     job_id: str
     program: str
@@ -49,7 +85,6 @@ class GangConfig:
     grace_s: float = 30.0
     restartable: bool = False
     max_restarts: int = 3
-    host: str = "127.0.0.1"
     gpu_of_slot: Mapping[int, int] | None = None
     confinement: Confinement | None = None
 
@@ -65,9 +100,12 @@ class CommandJob(WorkerGroup):
     """Start, restart, stop and watch one command job on this host; the same surface as
     ``ElasticJob`` for the executor. Thread-safe; ``close()`` leaves no process behind."""
 
-    def __init__(self, config: GangConfig, launcher: Launcher | None = None) -> None:
+    def __init__(self, config: GangConfig, launcher: Launcher | None = None,
+                 rendezvous: Rendezvous = OneHost()) -> None:
         self.config = config
         self._launcher = launcher if launcher is not None else WorkerPool()
+        self._rendezvous = rendezvous
+        self._network: str | None = None  # the running gang's network namespace key (one node, confined)
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._members: list[_Rank] = []  # the running gang
@@ -119,6 +157,13 @@ class CommandJob(WorkerGroup):
                 self._phase = JobPhase.STOPPED
             while self._leaving:
                 self._changed.wait(0.1)
+            if not self._members:
+                self._release_network()
+
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            self._release_network()
 
     def poll(self) -> JobReport:
         with self._lock:
@@ -137,18 +182,30 @@ class CommandJob(WorkerGroup):
     def _launch(self, slots: tuple[int, ...]) -> None:
         """Start the gang on ``slots`` (caller holds the lock)."""
         c = self.config
-        port = _free_port(c.host)
+        self._release_network()  # the previous gang's, if any: it is gone
+        node_of = {slot: self._rendezvous.node_of(slot) for slot in slots}
+        nodes = list(dict.fromkeys(node_of[s] for s in slots))  # GROUP_RANK: order of first rank
+        one_node = len(nodes) == 1
+        host, port = self._rendezvous.master(nodes[0], one_node)
+        confinement = c.confinement
+        if one_node and confinement is not None:
+            self._network = f"{c.job_id}-{self._starts}-{secrets.token_hex(6)}"
+            confinement = replace(confinement, network=self._network)
+        per_node, seen = Counter(node_of.values()), Counter()
         self._slots, self._phase = slots, JobPhase.RUNNING
         ranks = []
         try:
             for rank, slot in enumerate(slots):
-                env = {**c.env, "RANK": str(rank), "WORLD_SIZE": str(len(slots)), "LOCAL_RANK": str(rank),
-                       "LOCAL_WORLD_SIZE": str(len(slots)), "GROUP_RANK": "0", "MASTER_ADDR": c.host,
-                       "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": str(self._starts),
+                node = node_of[slot]
+                env = {**(ONE_NODE_ENV if one_node else {}), **c.env, "RANK": str(rank),
+                       "WORLD_SIZE": str(len(slots)), "LOCAL_RANK": str(seen[node]),
+                       "LOCAL_WORLD_SIZE": str(per_node[node]), "GROUP_RANK": str(nodes.index(node)),
+                       "MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_RESTART_COUNT": str(self._starts),
                        "CUDA_VISIBLE_DEVICES": str((c.gpu_of_slot or {}).get(slot, slot)),
                        "CODDL_JOB_ID": c.job_id, "CODDL_JOB_DIR": str(c.job_dir), "CODDL_SLOT": str(slot)}
+                seen[node] += 1
                 spec = WorkerSpec(entry=c.program, args=c.args, env=env, program=True, cwd=str(c.job_dir),
-                                  log_path=str(c.job_dir / "logs" / f"rank{rank}.log"), confinement=c.confinement,
+                                  log_path=str(c.job_dir / "logs" / f"rank{rank}.log"), confinement=confinement,
                                   sys_path=tuple(sys.path))
                 ranks.append(_Rank(rank, slot, self._launcher.launch(spec)))
         except BaseException:
@@ -161,6 +218,13 @@ class CommandJob(WorkerGroup):
             self._starts += 1
             self._changed.notify_all()
         self._members = ranks
+
+    def _release_network(self) -> None:
+        """Let the node's launcher drop the stopped gang's network namespace (caller holds the lock)."""
+        key, self._network = self._network, None
+        release = getattr(self._launcher, "release_network", None)
+        if key is not None and release is not None:
+            release(key)
 
     def _terminate(self, grace_s: float) -> None:
         """SIGTERM the running gang and move it to the leavers (caller holds the lock)."""
@@ -236,7 +300,7 @@ def _signal(handle: WorkerHandle, sig: int) -> None:
             pass
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str) -> int:
     """A port free on ``host`` now, for rank 0's rendezvous (``MASTER_PORT``)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))

@@ -12,6 +12,8 @@ those tools use, before it touches the job (``enter``):
    and can signal only its own processes: not the server, not other jobs, and no other process's
    command line), a new IPC namespace and, when the server is not root, a new user namespace in which
    the server's uid maps to itself (that is what lets an unprivileged process do the mounts below).
+   Before that, as root, a rank of a command job's gang joins the gang's own network namespace
+   (``coddl.runtime.netns``), where only its peers reach its rendezvous and collectives.
 3. Mounts, all private to the worker: an empty, read-only tmpfs over every directory in ``hide`` (the
    server's state directory — database, tokens, every job — and the worker pool's temp directory with
    its fork-server socket), fresh ``/tmp`` and ``/dev/shm``, and the job's own directory put back,
@@ -46,6 +48,7 @@ from typing import NoReturn
 
 # clone(2) flags
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
+CLONE_NEWNET = 0x40000000
 # mount(2) flags
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
@@ -81,6 +84,9 @@ class Confinement:
     gid: int | None = None
     home: str | None = None
     account: str | None = None
+    network: str | None = None  # a gang on one node: the key of the network namespace its ranks share
+    netns: str | None = None  # that namespace (filled in by the node's launcher, root servers only) ...
+    netns_ino: int = 0  # ... and its inode, checked before joining (a descriptor number is reused)
 
 
 class ConfinementError(RuntimeError):
@@ -166,6 +172,8 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
         raise ConfinementError("running a job as another account needs a server running as root")
     if len(os.listdir("/proc/self/task")) > 1:  # unshare(CLONE_NEWUSER) needs a single-threaded process
         _fork_keeper(forward_term)
+    if c.netns is not None:
+        _join_network(c.netns, c.netns_ino)
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if as_root else CLONE_NEWUSER)
     _check(_libc.unshare(flags), "unshare (new mount, PID, IPC" + ("" if as_root else " and user") + " namespaces)")
@@ -212,6 +220,21 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     else:
         _drop_capabilities()
     _forget_the_pool()
+
+
+def _join_network(path: str, ino: int) -> None:
+    """Move into the gang's network namespace (``coddl.runtime.netns``), held open by the launcher at
+    ``path``; needs root, so it comes before the switch to the job's account."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfinementError(f"open the gang's network namespace: {e.strerror}") from None
+    try:
+        if os.fstat(fd).st_ino != ino:
+            raise ConfinementError("the gang's network namespace is gone (the gang was stopped)")
+        _check(_libc.setns(fd, CLONE_NEWNET), "setns (the gang's network namespace)")
+    finally:
+        os.close(fd)
 
 
 def _clone(path: str, writable: bool) -> int:

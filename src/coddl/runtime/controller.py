@@ -58,6 +58,7 @@ from coddl.runtime.executors.base import (
     InspectionEvent,
     LaunchSpec,
     ProgressEvent,
+    NoticeEvent,
     WorkerLostEvent,
     WorkersEvent,
 )
@@ -291,6 +292,8 @@ class Controller:
                 self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
             elif isinstance(ev, WorkersEvent):
                 self.store.record_workers(int(jid), ev.workers)
+            elif isinstance(ev, NoticeEvent):
+                self.store.record_event(int(jid), ev.kind, ev.at, ev.detail)
             elif isinstance(ev, WorkerLostEvent):
                 self.store.record_event(int(jid), "worker-lost", ev.at,
                                         (f"{ev.cause}; " if ev.cause else "")

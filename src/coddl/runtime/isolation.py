@@ -35,6 +35,7 @@ from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.identity import PREFIX, AccountMap
+from coddl.runtime.netns import Networks
 
 Mode = Literal["accounts", "sandbox", "none"]
 PROBE_UID = 65534  # nobody: the probe of the root mode drops to it without creating an account
@@ -57,9 +58,31 @@ class Isolation:
             return cls("accounts", hide, AccountMap.load(state_dir, account_prefix))
         return cls("sandbox", hide)
 
+    @property
+    def gang_networks(self) -> bool:
+        """Whether a command job's gang on one node gets a network namespace of its own (root only:
+        making one needs CAP_SYS_ADMIN in the host's namespaces)."""
+        return self.mode == "accounts"
+
+    def network_note(self, nodes: int) -> str:
+        """What protects the rendezvous and collectives of a command job whose gang spans ``nodes``
+        nodes (the job's ``network`` event)."""
+        if nodes > 1:
+            return (f"the gang spans {nodes} nodes, so it runs in the hosts' network: its MASTER_PORT and its "
+                    "collectives' ports are reachable by any process that can reach those hosts")
+        if self.gang_networks:
+            return "its own network namespace (only lo): no process outside the gang reaches MASTER_PORT " \
+                   "or its collectives"
+        why = ("the server does not run as root, which a network namespace per job needs" if self.mode == "sandbox"
+               else "--unsafe-no-isolation")
+        return f"the host's network ({why}): its MASTER_PORT and its collectives' ports are reachable by " \
+               "every process on the host"
+
     def describe(self) -> str:
-        return {"accounts": "each job as its owner's account, sandboxed",
-                "sandbox": f"jobs sandboxed as {getpass.getuser()} (user namespaces)",
+        return {"accounts": "each job as its owner's account, sandboxed; a command job's gang on one node in "
+                            "a network namespace of its own",
+                "sandbox": f"jobs sandboxed as {getpass.getuser()} (user namespaces); NOT isolated: command jobs' "
+                           "rendezvous and collectives, in the host's network (a namespace per job needs root)",
                 "none": "NONE: jobs run with the server's privileges (--unsafe-no-isolation)"}[self.mode]
 
     def unseen(self, path: str) -> str | None:
@@ -106,6 +129,7 @@ class ConfinedLauncher:
         # the server fork anything, unconfined
         self._hide = (multiprocessing.util.get_temp_dir(), *hide)
         self._expose = installation()
+        self.networks = Networks()
 
     def launch(self, spec: WorkerSpec) -> WorkerHandle:
         return self.pool.launch(self.resolve(spec))
@@ -122,7 +146,14 @@ class ConfinedLauncher:
             c = replace(c, uid=account.uid, gid=account.gid, home=account.home, account=account.name)
         else:
             c = replace(c, account=getpass.getuser())
+        if c.network is not None and self.isolation.gang_networks:
+            path, ino = self.networks.join(c.network)
+            c = replace(c, netns=path, netns_ino=ino)
         return replace(spec, confinement=c)
+
+    def release_network(self, key: str) -> None:
+        """Gang ``key`` has stopped on this node (see ``coddl.runtime.netns``)."""
+        self.networks.release(key)
 
     def probe(self, work_dir: Path, timeout_s: float = 120.0) -> float:
         """Start one confined worker that checks the confinement from the inside; returns the seconds

@@ -102,7 +102,18 @@ class WorkersEvent:
     workers: tuple[dict, ...]
 
 
-ExecutorEvent = Union[ProgressEvent, InspectionEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent]
+@dataclass(frozen=True, slots=True)
+class NoticeEvent:
+    """Something the job's owner should know about how it runs (``kind`` names it, e.g. ``network``)."""
+
+    job_id: JobId
+    at: float
+    kind: str
+    detail: str
+
+
+ExecutorEvent = Union[ProgressEvent, InspectionEvent, AppliedEvent, ExitEvent, WorkerLostEvent, WorkersEvent,
+                      NoticeEvent]
 
 
 class Executor(Protocol):

@@ -31,7 +31,7 @@ import psutil
 from coddl.core.allocation import Action, ActionKind, Plan
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId
-from coddl.elastic.gang import CommandJob, GangConfig
+from coddl.elastic.gang import CommandJob, GangConfig, OneHost, Rendezvous
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import Launcher, WorkerHandle
 from coddl.elastic.worker import WorkerSpec
@@ -41,6 +41,7 @@ from coddl.runtime.executors.base import (
     ExitEvent,
     LaunchSpec,
     InspectionEvent,
+    NoticeEvent,
     ProgressEvent,
     WorkerLostEvent,
     WorkersEvent,
@@ -88,6 +89,7 @@ class _Running:
     pinned: dict[int, int] = field(default_factory=dict)  # slot → pid whose affinity was set
     trained_since: float | None = None  # monotonic time the job's training was first seen complete
     inspected: bool = False  # its inspection report was passed on
+    network_note: str | None = None  # a command job: what its owner was last told of its network
 
 
 class ElasticExecutor:
@@ -99,7 +101,6 @@ class ElasticExecutor:
     """
 
     kind = "elastic"
-    runs_commands = True  # command jobs (coddl.elastic.gang): their ranks meet at MASTER_ADDR, this host
 
     def __init__(self, cluster: Cluster, launcher: Launcher, host: str,
                  settings: ExecutorSettings = ExecutorSettings(), isolation: Isolation = Isolation("none")) -> None:
@@ -121,10 +122,6 @@ class ElasticExecutor:
 
     # ------------------------------------------------------------------ the contract
     def register(self, launch: LaunchSpec) -> None:
-        if launch.kind == "command" and not self.runs_commands:
-            self._emit(ExitEvent(launch.job_id, finished=False, at=time.time(),
-                                 message=f"command jobs run on the local executor, not on {self.kind}"))
-            return
         with self._lock:
             self._launches[launch.job_id] = launch
 
@@ -185,6 +182,10 @@ class ElasticExecutor:
             r.job.close()
 
     # ------------------------------------------------------------------ hooks for subclasses
+    def _rendezvous(self) -> Rendezvous:
+        """Where a command job's ranks meet (see ``coddl.elastic.gang``)."""
+        return OneHost()
+
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         """Restrict each worker to the job's cores on its node (no cores: leave it alone)."""
 
@@ -227,7 +228,7 @@ class ElasticExecutor:
             r = _Running(CommandJob(GangConfig(
                 job_id=job_id, program=launch.entry, job_dir=launch.job_dir, args=launch.args, env=dict(launch.env),
                 grace_s=launch.grace_s, restartable=launch.restartable, max_restarts=s.max_restarts,
-                host=self._host, confinement=confinement), self._launcher))
+                confinement=confinement), self._launcher, self._rendezvous()))
             self._jobs[job_id] = r
             return r
         config = JobConfig(
@@ -261,6 +262,7 @@ class ElasticExecutor:
             r.slots, r.cores = a.new, a.cores
             if a.new:
                 self._repin(r)
+                self._note_network(r)
             self._emit(AppliedEvent(a.job_id, a.kind.value, a.new, seconds, time.time()))
         except Exception as e:  # noqa: BLE001 - failing to carry out an action fails the job, with the reason
             self._fail(a.job_id, f"{a.kind.value} onto GPUs {list(a.new)} failed: {e}")
@@ -309,6 +311,16 @@ class ElasticExecutor:
             r.pinned = pids
             records = tuple(self._worker_record(slot, pid) for slot, pid in sorted(pids.items()))
             self._emit(WorkersEvent(r.job.config.job_id, time.time(), records))
+
+    def _note_network(self, r: _Running) -> None:
+        """Tell a command job's owner what protects its rendezvous and collectives, whenever that changes
+        (a restart may move the gang between one node and several)."""
+        if not isinstance(r.job, CommandJob):
+            return
+        note = self.isolation.network_note(len({int(self.cluster.node_of_gpu[g]) for g in r.slots}))
+        if note != r.network_note:
+            r.network_note = note
+            self._emit(NoticeEvent(r.job.config.job_id, time.time(), "network", note))
 
     def _heal(self, r: _Running) -> None:
         """Bring a job that lost a worker back onto its whole allocation."""
@@ -395,6 +407,11 @@ class _Guarded:
     def launch(self, spec: WorkerSpec) -> WorkerHandle:
         self._guard()
         return self.launcher.launch(spec)
+
+    def release_network(self, key: str) -> None:
+        release = getattr(self.launcher, "release_network", None)
+        if release is not None:
+            release(key)
 
 
 def local_pin(pids: dict[int, int], cores: tuple[int, ...], first_core: int = 0) -> None:

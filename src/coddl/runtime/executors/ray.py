@@ -7,6 +7,10 @@ own directory with its sockets), and they run the same worker protocol (``coddl.
 job's coordinator — its store and the ``ElasticJob`` that posts memberships — stays in the
 controller, bound to the controller's cluster address; only worker processes live on the nodes.
 
+A command job (``coddl.elastic.gang``) runs there too: its rank 0's node picks ``MASTER_PORT``; a gang
+on one node meets on that node's loopback, inside a network namespace of its own that the node's agent
+makes (root servers); a gang across nodes meets at rank 0's node address, in the hosts' network.
+
 Placement is ours, not Ray's: the scheduler's cluster is built from the Ray nodes that have GPUs
 (sorted by address and node id, so the order is stable), our node i is the Ray node whose agent is
 pinned there with a hard node-affinity strategy, and a worker for global GPU g is started by the
@@ -24,10 +28,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from coddl.core.cluster import Cluster, GpuType, Node
+from coddl.elastic.gang import LOOPBACK, free_port
 from coddl.elastic.pool import WorkerHandle
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
@@ -108,6 +113,13 @@ class NodeAgent:
         if p is not None:
             p.kill()
 
+    def free_port(self, host: str) -> int:
+        """A port free on this node's ``host`` now: a command job's ``MASTER_PORT`` (its rank 0 is here)."""
+        return free_port(host)
+
+    def release_network(self, key: str) -> None:
+        self._launcher.release_network(key)
+
     def pin(self, pids: list[int], cores: list[int]) -> None:
         from coddl.runtime.executors.driver import local_pin
 
@@ -116,6 +128,7 @@ class NodeAgent:
     def shutdown(self) -> None:
         for p in list(self._procs.values()):
             p.kill()
+        self._launcher.networks.close()
 
 
 class RemoteWorker:
@@ -175,9 +188,33 @@ class RayLauncher:
         agent = self._agents[int(self._node_of_gpu[int(spec.env["CODDL_SLOT"])])]
         return RemoteWorker(self._ray, agent, self._ray.get(agent.launch.remote(spec)))
 
+    def release_network(self, key: str) -> None:
+        """A gang stopped: the agent that holds its network namespace drops it (the others hold none)."""
+        for agent in self._agents:
+            agent.release_network.remote(key)
+
+
+@dataclass(frozen=True)
+class RayRendezvous:
+    """A command job's ranks on the Ray nodes: rank 0's node chooses ``MASTER_PORT``; a gang across
+    nodes meets at that node's address (``addresses``, Ray's node manager address of each node)."""
+
+    ray: object
+    agents: tuple
+    node_of_gpu: tuple[int, ...]
+    addresses: tuple[str, ...]
+
+    def node_of(self, slot: int) -> int:
+        return self.node_of_gpu[slot]
+
+    def master(self, node: int, one_node: bool) -> tuple[str, int]:
+        host = LOOPBACK if one_node else self.addresses[node]
+        return host, self.ray.get(self.agents[node].free_port.remote(host))
+
 
 def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
-    """Our cluster from the live Ray nodes with GPUs, and the Ray node id of each of our nodes."""
+    """Our cluster from the live Ray nodes with GPUs, and the Ray node id of each of our nodes (each
+    node's name is its address, '/', the start of its node id)."""
     alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
     alive.sort(key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
     if not alive:
@@ -189,7 +226,6 @@ def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
 
 class RayExecutor(ElasticExecutor):
     kind = "ray"
-    runs_commands = False  # a gang's rank 0 may be on any node; MASTER_ADDR is not yet chosen per placement
 
     def __init__(self, address: str, settings: ExecutorSettings = ExecutorSettings(),
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, isolation: Isolation = Isolation("none"),
@@ -220,6 +256,11 @@ class RayExecutor(ElasticExecutor):
             raise
         host = ray.util.get_node_ip_address()  # where the nodes reach this controller's job stores
         super().__init__(cluster, RayLauncher(ray, self._agents, cluster), host, settings, isolation)
+
+    def _rendezvous(self) -> RayRendezvous:
+        c = self.cluster
+        return RayRendezvous(self._ray, tuple(self._agents), tuple(int(n) for n in c.node_of_gpu),
+                             tuple(n.name.rsplit("/", 1)[0] for n in c.nodes))
 
     def _worker_record(self, slot: int, pid: int) -> dict:
         return {"slot": slot, "pid": pid, "node": self.cluster.nodes[int(self.cluster.node_of_gpu[slot])].name}

@@ -1,0 +1,116 @@
+"""A network namespace of its own for each gang of a command job on one node, so that its rendezvous
+(torch's ``TCPStore`` on ``MASTER_PORT``, which has no authentication) and its collectives (gloo's or
+NCCL's sockets) are reachable by its own ranks and by nothing else on the host.
+
+The namespace has only ``lo``, up: the ranks meet at ``127.0.0.1`` as they would on the host, and no
+other process — another user's job, or the host's root — has a route to it. It is anonymous (never
+bound to a name under ``/run/netns``): the node's launcher holds it open by a file descriptor until
+the gang has stopped, each rank joins it through that descriptor before it drops root, and the kernel
+frees it once the last rank and the descriptor are gone. So nothing can be left behind — not by a
+cancel, a SIGKILL of the workers, nor a crash of the controller or of a Ray node's agent — and two
+gangs, two servers or two test runs never collide on a name.
+
+Making one needs CAP_SYS_ADMIN, i.e. a server (or Ray node agent) running as root; ``Networks`` is
+used only then.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import struct
+import threading
+
+CLONE_NEWNET = 0x40000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)} (errno {errno.errorcode.get(e, e)})")
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` of the calling thread's network namespace up (the kernel then gives it 127.0.0.1/8
+    and ::1)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, ifr)[:18])[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def create() -> tuple[int, int]:
+    """A new network namespace with ``lo`` up: (a descriptor holding it, its inode number).
+
+    Made from a throwaway thread: a thread's network namespace is its own, so the thread moves into
+    the new one, brings ``lo`` up, opens it and moves back, while the rest of the process never leaves
+    the host's. Were it unable to move back, it ends there, and the namespace with it.
+    """
+    out: dict[str, object] = {}
+
+    def make() -> None:
+        try:
+            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _check(_libc.unshare(CLONE_NEWNET), "unshare (a new network namespace)")
+                try:
+                    _loopback_up()
+                    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                    out["made"] = (fd, os.fstat(fd).st_ino)
+                finally:
+                    _check(_libc.setns(home, CLONE_NEWNET), "setns (back to the host's network)")
+            finally:
+                os.close(home)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            out["error"] = e
+            made = out.pop("made", None)
+            if made is not None:
+                os.close(made[0])
+
+    t = threading.Thread(target=make, name="coddl-netns", daemon=True)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["made"]  # type: ignore[return-value]
+
+
+class Networks:
+    """The gangs' namespaces on this node, by the key the gang's ranks carry
+    (``Confinement.network``). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+
+    def join(self, key: str) -> tuple[str, int]:
+        """Where a rank of gang ``key`` finds its namespace (a path it opens while still root) and the
+        namespace's inode (which the rank checks: a descriptor number is reused once released)."""
+        with self._lock:
+            if key not in self._held:
+                self._held[key] = create()
+            fd, ino = self._held[key]
+        return f"/proc/{os.getpid()}/fd/{fd}", ino
+
+    def release(self, key: str) -> None:
+        """The gang has stopped: drop the descriptor (the kernel frees the namespace with its last rank)."""
+        with self._lock:
+            held = self._held.pop(key, None)
+        if held is not None:
+            os.close(held[0])
+
+    def close(self) -> None:
+        with self._lock:
+            held, self._held = list(self._held.values()), {}
+        for fd, _ in held:
+            os.close(fd)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)

@@ -1,0 +1,64 @@
+"""``coddl.runtime.netns``: a gang's network namespace has only ``lo``, up; a process in it serves on
+loopback where the host cannot reach it; and it is gone once its members and its holder are — also
+when the holder is SIGKILLed, which is what a crashed controller or Ray node agent amounts to."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+from runtime_live import netns_alive
+
+from coddl.runtime.netns import CLONE_NEWNET, Networks
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace needs root")
+
+
+def test_a_gang_serves_on_its_own_loopback_and_its_namespace_ends_with_it():
+    nets = Networks()
+    path, ino = nets.join("job-1")
+    assert nets.join("job-1") == (path, ino) and nets.join("job-2")[1] != ino  # one per gang
+    nets.release("job-2")
+    assert os.stat("/proc/self/ns/net").st_ino != ino  # the server never left the host's network
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a rank: joins, serves on loopback, reports its interfaces and port
+        fd = os.open(path, os.O_RDONLY)
+        ok = ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) == 0
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        names = ",".join(n for _, n in socket.if_nameindex())
+        os.write(ready_w, f"{ok} {names} {s.getsockname()[1]}".encode())
+        signal.pause()
+        os._exit(0)
+    ok, names, port = os.read(ready_r, 200).decode().split()
+    try:
+        assert ok == "True" and names == "lo"
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", int(port)), timeout=2)
+        nets.release("job-1")
+        assert netns_alive(ino)  # its rank is still in it
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert not netns_alive(ino)
+    nets.close()
+
+
+def test_a_killed_holder_leaves_no_namespace():
+    holder = subprocess.Popen([sys.executable, "-c", "from coddl.runtime.netns import Networks; import sys, time\n"
+                               "print(Networks().join('g')[1], flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        ino = int(holder.stdout.readline())
+        assert netns_alive(ino)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not netns_alive(ino)
