@@ -11,6 +11,9 @@ worker on every node.
 - ``--unsafe-no-isolation``: jobs run with the server's privileges, as in a single-user setup. Only
   then may a host without user namespaces run jobs at all.
 
+Only the root mode can give a command job's gang on one node a network namespace of its own
+(``coddl.runtime.netns``; ``network_note`` says what each job gets, ``describe`` what the server does).
+
 Either confined mode is checked at start-up by running one confined worker (``probe``) that looks
 around from the inside; if the kernel refuses any step, the server refuses to start rather than run
 jobs unconfined.
