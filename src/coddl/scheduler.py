@@ -18,6 +18,7 @@ from coddl.core.job import JobId, JobSpec, JobStatus
 from coddl.core.table import JobRecord, JobTable
 from coddl.perf.curves import CurveTable
 from coddl.placement.placer import ConsolidatingPlacer, Request
+from coddl.policies import restarts
 from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSample
 
 
@@ -132,6 +133,17 @@ class Scheduler:
         self.table.speed[self.table.row[job_id]] = factor
         self.dirty = True
 
+    def set_resize_cost(self, job_id: JobId, seconds: float) -> None:
+        """A resize of the job stands it still for ``seconds`` (a restart: stop, cold start,
+        reload); it is then grown only when that saves more time (``coddl.policies.restarts``).
+        0, the default, is an in-place resize, which every decision takes as free."""
+        if not seconds >= 0:
+            raise ValueError(f"resize cost must be a non-negative number of seconds, got {seconds}")
+        r = self.table.row[job_id]
+        if self.table.resize_cost[r] != seconds:
+            self.table.resize_cost[r] = seconds
+            self.dirty = True
+
     def set_curve(self, job_id: JobId, rate: np.ndarray, max_gpus: int | None = None) -> None:
         """Plan the job on a curve of its own (iterations/s on k = 0, 1, … GPUs; the real system's
         estimate from the job's profile) instead of its model's: it becomes a row of ``curves``
@@ -195,6 +207,31 @@ class Scheduler:
             raise InfeasibleShares(f"{self.policy.name}: job {j.ids[r]} given {g[r]} GPUs outside "
                                    f"[{j.min_gpus[r]}, {max(j.max_gpus[r], j.requested[r])}]")
 
+    def _decide(self, now: float) -> tuple[Context, Shares | np.ndarray]:
+        """The policy's shares, under the rule that a job whose resize costs a restart grows only
+        when the growth saves more than that cost (``coddl.policies.restarts``). A job held back
+        has its maximum set to its share and the policy decides again, so the GPUs it does not
+        take go to the others in this same decision. Without resize costs: one plain call."""
+        t, n = self.table, self.table.n
+        ctx = self.context(now)
+        if not t.resize_cost[:n].any():
+            return ctx, self.policy.allocate(ctx)
+        limit = t.max_gpus[:n]
+        kept = limit.copy()
+        try:
+            held = restarts.hopeless(ctx)
+            for _ in range(n + 1):  # each round holds at least one more job back
+                if held.size:
+                    limit[held] = t.share[held]
+                    ctx = self.context(now)
+                out = self.policy.allocate(ctx)
+                held = restarts.unprofitable(ctx, np.asarray(out.gpus if isinstance(out, Shares) else out))
+                if held.size == 0:
+                    break
+            return ctx, out
+        finally:
+            limit[:] = kept
+
     def step(self, now: float) -> StepResult:
         """Run the policy and turn its shares into a plan for the jobs whose GPUs change."""
         self.steps += 1
@@ -203,8 +240,7 @@ class Scheduler:
         n = t.n
         if n == 0:
             return StepResult(Plan(), _NONE)
-        ctx = self.context(now)
-        out = self.policy.allocate(ctx)
+        ctx, out = self._decide(now)
         if isinstance(out, Shares):
             gpus, new_type, cpus = np.asarray(out.gpus, dtype=np.int64), out.gpu_type, out.cpus
         else:

@@ -24,6 +24,8 @@ import pytest
 import torch.distributed as dist
 from runtime_live import Server, netns_alive, readable, tiny_job, wait_for
 
+from coddl.runtime.restart_cost import COLD_START_S
+
 pytestmark = pytest.mark.slow
 
 SCRIPT = readable(Path(__file__).resolve().parents[1] / "elastic" / "gang_script.py")
@@ -126,6 +128,15 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
         last = assert_own_network([s for s in starts(job_dir) if s["env"]["TORCHELASTIC_RESTART_COUNT"] ==
                                    starts(job_dir)[-1]["env"]["TORCHELASTIC_RESTART_COUNT"]])
         wait_for(lambda: not netns_alive(last), 30, "the last gang's network namespace to go")
+    # each restart was timed (SIGTERM to the new gang) and the scheduler charged the mean from then on:
+    # the ranks stop at once on SIGTERM, far below the 30 s grace the first resize was charged
+    restarts = [e["latency_s"] for e in done["events"] if e["kind"] == "applied" and e["action"] in ("shrink", "grow")]
+    charged = [e["detail"] for e in done["events"] if e["kind"] == "restart-cost"]
+    assert len(charged) == len(restarts) >= 2, charged
+    for n, detail in enumerate(charged, 1):
+        mean = sum(restarts[:n]) / n
+        assert detail.startswith(f"{mean + COLD_START_S:.2f} s per resize: {mean:.2f} s from SIGTERM"), (detail, restarts)
+    assert max(restarts) < 30
 
 
 def test_a_rigid_command_job_runs_at_its_size_and_a_cancel_stops_it_with_sigterm(srv):

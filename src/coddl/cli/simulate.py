@@ -50,6 +50,8 @@ def simulate_cmd(
     policies: str = typer.Option("fifo,srtf,max-min", help="comma-separated; parameters as name:key=value"),
     seed: int = typer.Option(1, help="seed for model drawing and randomised policies"),
     reconfig: str = typer.Option("zero", help="reconfiguration cost model: zero, in-place or restart"),
+    charge_restarts: bool = typer.Option(False, help="with --reconfig restart: grow a job only when the time it "
+                                                      "saves exceeds its restart cost"),
     rate: Optional[str] = typer.Option(None, help="throughput charged: curves (by GPU count and type) or "
                                                    "estimator (also by placement); default: estimator with "
                                                    "--cluster, else curves"),
@@ -72,7 +74,7 @@ def simulate_cmd(
         else:
             cfg = SimConfig.build(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
                                   cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
-                                  seed=seed, reconfig=reconfig, rate=rate, allow_mixing=allow_mixing,
+                                  seed=seed, reconfig=reconfig, charge_restarts=charge_restarts, rate=rate, allow_mixing=allow_mixing,
                                   oversized=oversized, model_draw=model_draw,
                                   queues=str(queues) if queues else None)
         from coddl import __version__

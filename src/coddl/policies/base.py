@@ -26,14 +26,15 @@ class JobsView:
     ``remaining`` is in iterations, ``attained`` in GPU-seconds, ``share`` the GPUs held now,
     ``first_start``/``last_start`` NaN when never scheduled, ``service_since_start`` the GPU-seconds
     received since the job was last (re)scheduled, ``max_gpus`` the elastic maximum (already capped
-    by the model's maximum useful GPUs) and ``speed`` a per-job correction of the model curve.
+    by the model's maximum useful GPUs), ``speed`` a per-job correction of the model curve and
+    ``resize_cost`` the seconds a resize of the job makes it stand still (0: resized in place).
     Every column is made on first use — a plain column is a view of the table, one that needs
     arithmetic (remaining work, attained service) is computed then — so a policy pays only for
     what it reads.
     """
 
     _PLAIN = ("uid", "arrival", "requested", "min_gpus", "max_gpus", "model", "total_work", "share",
-              "first_start", "last_start", "speed", "gpu_type", "cpus", "min_cpus", "max_cpus")
+              "first_start", "last_start", "speed", "gpu_type", "cpus", "min_cpus", "max_cpus", "resize_cost")
     _WHERE = {c: ("F", FLOAT_COLS.index(c)) if c in FLOAT_COLS else ("I", INT_COLS.index(c)) for c in _PLAIN}
 
     def __init__(self, table: JobTable, now: float) -> None:

@@ -25,6 +25,10 @@ per-job ``OnlineCorrection``; the factor reaches the scheduler (``set_speed``) a
 and only when it moved by more than ``speed_tolerance`` — a policy re-run on every noisy sample
 would resize jobs back and forth for nothing.
 
+Restart costs: a restartable command job is resized by restart; the scheduler grows it only when
+that saves more than the restart costs, which is measured from the job's own restarts
+(``coddl.runtime.restart_cost``; the stored ones count after a controller restart).
+
 Recovery: on start, the store hands back every unfinished job; they are submitted again with the
 work they have left, the GPU-seconds they had received and their first start time (persisted each
 period and at each plan), and the first plan resumes the ones that were running from their
@@ -66,6 +70,7 @@ from coddl.runtime.estimation import Estimates, by_placement, planned_curve, rep
 from coddl.runtime.lease import LeaseLost
 from coddl.runtime.limits import fit_problem, held_message
 from coddl.runtime.models import curve_for
+from coddl.runtime.restart_cost import RESTARTS, RestartCost
 from coddl.runtime.spec import DEFAULT_MODEL, STORED, JobFile, SpecError, validate
 from coddl.runtime.store import JobView, ProgressUpdate, Store
 from coddl.scheduler import Scheduler
@@ -99,6 +104,7 @@ class Controller:
         self.estimates = Estimates(scheduler.cluster)  # inspected jobs: profiles, beliefs, curves
         self._labels: dict[JobId, str] = {}  # the model name each job's profile rows carry
         self._by_placement = by_placement(scheduler.cluster)
+        self._restart_costs: dict[JobId, RestartCost] = {}  # restartable command jobs: resize = restart
         scheduler.placer.scorer = self._score
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
@@ -217,6 +223,11 @@ class Controller:
                 stored = None
         if stored is None and inspect:
             env["CODDL_INSPECT"] = "1"
+        if spec.kind == "command" and spec.restartable:
+            cost = RestartCost(spec.grace_s, [e.latency_s for e in self.store.events(job.id)
+                                              if e.kind == "applied" and e.action in RESTARTS and e.latency_s])
+            self._restart_costs[jid] = cost
+            self.scheduler.set_resize_cost(jid, cost.seconds())
         entry, args = spec.entry_and_args()
         self.executor.register(LaunchSpec(jid, entry, args, env, self.jobs_dir / jid, job.owner,
                                           spec.kind, spec.restartable, spec.grace_s))
@@ -290,6 +301,11 @@ class Controller:
                 self._inspected(jid, ev)
             elif isinstance(ev, AppliedEvent):
                 self.store.record_applied(int(jid), ev.action, ev.gpus, ev.seconds, ev.at)
+                cost = self._restart_costs.get(jid)
+                if cost is not None and ev.action in RESTARTS:
+                    cost.measured.append(ev.seconds)
+                    self.scheduler.set_resize_cost(jid, cost.seconds())
+                    self.store.record_event(int(jid), "restart-cost", ev.at, cost.describe())
             elif isinstance(ev, WorkersEvent):
                 self.store.record_workers(int(jid), ev.workers)
             elif isinstance(ev, NoticeEvent):
@@ -403,6 +419,7 @@ class Controller:
 
     def _forget(self, jid: JobId) -> None:
         self.estimates.forget(jid)
+        self._restart_costs.pop(jid, None)
         self._labels.pop(jid, None)
         self._corrections.pop(jid, None)
         self._pushed.pop(jid, None)

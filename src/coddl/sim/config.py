@@ -31,6 +31,9 @@ class SimConfig(BaseModel):
     policies: list[str] = Field(default_factory=lambda: ["fifo", "srtf", "max-min"], min_length=1)
     seed: int = 1
     reconfig: Literal["zero", "in-place", "restart"] = "zero"  # sim/reconfig.py
+    # grow a job only when the time it saves exceeds its restart cost under ``reconfig`` (policies/restarts.py);
+    # off: resizes are decided as if free, as the reproductions assume
+    charge_restarts: bool = False
     curves: str | None = None  # a curve CSV (model,num_gpus,time_per_iter_s); default: CoDDL curves
     # how a job's throughput is charged: by GPU count and type from the measured curves, or also by
     # placement with the analytic estimator (sim/estimator_rate.py); None: "estimator" with a

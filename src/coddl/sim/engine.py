@@ -29,14 +29,17 @@ __all__ = ["InvariantViolation", "SimResult", "simulate"]
 def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost | None = None, *,
              rate_model: RateModel | None = None, check: bool = False, record_timeline: bool = True,
              progress: Callable[[int], None] | None = None, sample_noise: float | None = None,
-             seed: int = 0) -> SimResult:
+             seed: int = 0, charge_restarts: bool = False) -> SimResult:
     """Replay ``specs`` through ``scheduler`` until every job has finished.
 
     ``check`` verifies the invariants at every step (no GPU over-allocated or shared, every job
     finishes once and after its arrival, ∫ rate dt equals each job's work); it costs time, so the
     tests turn it on and the CLI does not. ``progress`` is called with the number of finished jobs,
     about every half per cent of them. ``sample_noise`` (None: off) makes the executor report
-    throughput samples for online predictors.
+    throughput samples for online predictors. ``charge_restarts`` tells the scheduler each job's
+    resize cost under ``reconfig`` (non-zero only for ``restart``), so that a job is grown only
+    when the growth saves more than its restart costs (``coddl.policies.restarts``); off, every
+    policy resizes as if it were free, as the reproductions assume.
     """
     wall = time.perf_counter()
     audit = WorkAudit() if check else None
@@ -59,6 +62,8 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
             break
         while i < n and times[i] <= now:
             scheduler.submit(arrivals[i], now)
+            if charge_restarts and (cost := ex.reconfig.resize_cost(arrivals[i].model)):
+                scheduler.set_resize_cost(arrivals[i].job_id, cost)
             events += 1
             i += 1
         ex.now = now

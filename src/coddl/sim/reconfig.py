@@ -38,6 +38,16 @@ class ReconfigCost:
     default_cold_start_s: float = 30.0  # Pollux's flat restart penalty for models without a measurement
     checkpoint_gbps: float = 1.0  # checkpoint write/read bandwidth
 
+    def resize_cost(self, model: str) -> float:
+        """Seconds a resize of a running job of ``model`` stands it still, for the scheduler's rule
+        that a growth must save more than it costs (``coddl.policies.restarts``): under ``restart``
+        the checkpoint written and read back plus a cold start (the one step redone is left out:
+        it is the job's own pace, not a cost of the move); 0 for an in-place resize."""
+        if self.name != "restart":
+            return 0.0
+        state = 2 * MODEL_BYTES.get(model, 100e6)
+        return COLD_START_S.get(model, self.default_cold_start_s) + 2 * state / (self.checkpoint_gbps * 1e9)
+
     def pause(self, action: Action, model: str, step_time_s: float) -> float:
         """Seconds the job makes no progress after ``action``."""
         if self.name == "zero" or action.kind is ActionKind.SUSPEND:
@@ -51,7 +61,7 @@ class ReconfigCost:
                 return self.warm_start_s + load + step_time_s
             return self.regroup_s + state / (self.state_gbps * 1e9) + step_time_s
         if self.name == "restart":
-            cold = COLD_START_S.get(model, self.default_cold_start_s)
-            io = 0.0 if action.kind is ActionKind.START else 2 * state / (self.checkpoint_gbps * 1e9)
-            return cold + io + step_time_s
+            if action.kind is ActionKind.START:
+                return COLD_START_S.get(model, self.default_cold_start_s) + step_time_s
+            return self.resize_cost(model) + step_time_s
         raise ValueError(f"unknown reconfiguration model {self.name!r}; valid: zero, in-place, restart")

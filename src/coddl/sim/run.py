@@ -86,7 +86,7 @@ def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = Fal
                                                                           per_node, types)
     rate_model = est if cfg.rate_model == "estimator" else None
     res = simulate(prep.specs, sched, ReconfigCost(cfg.reconfig), rate_model=rate_model, check=check,
-                   progress=progress)
+                   progress=progress, charge_restarts=cfg.charge_restarts)
     res.policy = queued_label(policy) if queued else policy
     return res
 

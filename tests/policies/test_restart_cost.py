@@ -1,0 +1,124 @@
+"""A job whose resize costs a restart is grown only when the growth saves more than the restart
+costs (``coddl.policies.restarts``); the GPUs it does not take go to the others in the same
+decision; a job that resizes for free is decided exactly as before. Expected shares are worked
+out by hand in the comments (curve P(k) = k iterations/s)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coddl.core import Cluster, JobSpec
+from coddl.perf.curves import CurveTable
+from coddl.policies import make_policy
+from coddl.scheduler import Scheduler
+
+LIN = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
+COST = 100.0
+
+
+def shares(s: Scheduler) -> dict[str, int]:
+    return {j: int(s.table.share[s.table.row[j]]) for j in s.table.ids}
+
+
+def after_b_leaves(work_a: float, cost: float = COST, policy: str = "max-min") -> dict[str, int]:
+    """4 GPUs. A and B start on 2 each at t = 0 (max-min); A runs at 2 it/s. B leaves at 50 s,
+    when A has ``work_a`` − 100 iterations left and may grow to 4 GPUs."""
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy(policy), LIN)
+    s.submit(JobSpec("A", 0.0, 1, work_a, "lin", 1, 4), 0.0)
+    s.submit(JobSpec("B", 0.0, 1, 1e6, "lin", 1, 4), 0.0)
+    s.step(0.0)
+    assert shares(s) == {"A": 2, "B": 2}
+    s.set_rate("A", 2.0, 0.0)
+    s.set_resize_cost("A", cost)
+    s.complete("B", 50.0)
+    s.step(50.0)
+    return shares(s)
+
+
+@pytest.mark.parametrize(("work_a", "grown"), [
+    (250.0, False),  # 150 left: T(2) = 75 s, T(4) = 37.5 s; saves 37.5 s < 100 s: not worth a restart
+    (500.0, False),  # 400 left: saves 200 − 100 = exactly 100 s, no more than the cost: kept
+    (502.0, True),  # 402 left: saves 100.5 s > 100 s
+    (2100.0, True),  # 2,000 left: T(2) = 1,000 s, T(4) = 500 s; saves 500 s > 100 s: grown
+])
+def test_a_job_is_grown_by_restart_only_when_that_saves_more_than_the_restart_costs(work_a, grown) -> None:
+    assert after_b_leaves(work_a) == {"A": 4 if grown else 2}
+
+
+@pytest.mark.parametrize("policy", ["max-min", "afs-l"])
+def test_a_job_that_resizes_for_free_grows_near_its_end(policy) -> None:
+    assert after_b_leaves(250.0, cost=0.0, policy=policy) == {"A": 4}
+
+
+def test_the_gpus_a_job_does_not_take_go_to_the_others_in_the_same_decision() -> None:
+    # 4 GPUs: A (restart cost 100 s) and C on 1 GPU each, D rigid on 2 (max-min). D leaves at 50 s:
+    # max-min would split its 2 GPUs between A and C (2 each), but A has 200 left at 1 it/s,
+    # T(1) = 200 s, T(2) = 100 s: saves exactly 100 s, not more than its restart. C takes both.
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), LIN)
+    s.submit(JobSpec("A", 0.0, 1, 250.0, "lin", 1, 4), 0.0)
+    s.submit(JobSpec("C", 0.0, 1, 1e6, "lin", 1, 4), 0.0)
+    s.submit(JobSpec("D", 0.0, 2, 1e6, "lin", 2, 2), 0.0)
+    s.step(0.0)
+    assert shares(s) == {"A": 1, "C": 1, "D": 2}
+    s.set_rate("A", 1.0, 0.0)
+    s.set_resize_cost("A", COST)
+    s.complete("D", 50.0)
+    step = s.step(50.0)
+    assert shares(s) == {"A": 1, "C": 3}
+    assert [a.job_id for a in step.plan.actions] == ["C"]
+    assert int(s.table.max_gpus[s.table.row["A"]]) == 4  # held for that decision only
+
+
+def test_a_resize_cost_is_seconds() -> None:
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), LIN)
+    s.submit(JobSpec("A", 0.0, 1, 10.0, "lin", 1, 4), 0.0)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="non-negative"):
+            s.set_resize_cost("A", bad)
+
+
+CURVES = CurveTable.from_points({"lin": {k: float(k) for k in range(1, 9)},
+                                 "flat": {k: 1.0 + 0.1 * (k - 1) for k in range(1, 9)}})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["lin", "flat"]), st.integers(1, 8), st.floats(10, 5000),
+                          st.sampled_from([0.0, 0.0, 30.0, 300.0]), st.floats(0, 0.99)), min_size=2, max_size=6),
+       st.sampled_from(["max-min", "afs-l", "optimus"]))
+def test_growth_pays_and_no_gpu_is_left_to_a_held_job(jobs, policy) -> None:
+    """Random jobs on 8 GPUs, decided once, half done, then decided again after the first leaves:
+    every job with a resize cost that grew saves more than that cost; with no costs the decision
+    is exactly the policy's; and the rule gives out as many GPUs as the policy alone would unless
+    the only ones that wanted more were held (max-min and Optimus hand out every GPU some job wants)."""
+    def run(with_costs: bool) -> tuple[Scheduler, np.ndarray, np.ndarray]:
+        s = Scheduler(Cluster.for_gpus(8, 8), make_policy(policy), CURVES, seed=3)
+        for i, (model, mx, work, _, _) in enumerate(jobs):
+            s.submit(JobSpec(f"j{i}", 0.0, 1, work, model, 1, mx), 0.0)
+        s.step(0.0)
+        t = s.table
+        for i, (model, _, work, cost, done) in enumerate(jobs):
+            r = t.row[f"j{i}"]
+            if t.share[r]:
+                s.set_rate(f"j{i}", done * work / 100.0, 0.0)  # `done` of its work by t = 100 s
+            if with_costs:
+                s.set_resize_cost(f"j{i}", cost)
+        s.complete("j0", 100.0)
+        before = t.share[: t.n].copy()
+        ctx = s.context(100.0)
+        s.step(100.0)
+        return s, before, ctx.remaining_time(before, slice(None)) - ctx.remaining_time(t.share[: t.n], slice(None))
+
+    free, before, _ = run(False)
+    held, before_h, saved = run(True)
+    t = held.table
+    cost = t.resize_cost[: t.n]
+    grew = (t.share[: t.n] > before_h) & (before_h > 0) & (cost > 0)
+    assert (saved[grew] > cost[grew]).all()
+    if not cost.any():
+        assert (t.share[: t.n] == free.table.share[: t.n]).all()
+    if policy in ("max-min", "optimus"):
+        want = np.where((cost > 0) & (before_h > 0) & (t.share[: t.n] == before_h), before_h, t.max_gpus[: t.n])
+        assert held.gpus_in_use == min(8, int(want.sum()))
