@@ -2,9 +2,10 @@
 processes) shared by this module's tests: /metrics scraped with the metrics token while real jobs start,
 resize and finish; and the web dashboard in a real headless Chromium (Debian's ``chromium`` and
 ``chromium-driver``, driven by selenium): the pages load, a submitted job appears without a reload, a
-resize shows, and a user never sees another user's job. Screenshots of the overview and a job's page are
-written to the test's directory, and to ``$CODDL_SCREENSHOTS`` when it is set (that is how
-docs/dashboard-*.png are made)."""
+resize shows, a user never sees another user's job, and a server started with a queue file shows each
+queue's quota and use (members only to admins and the queue's own users). Screenshots of the overview, a
+job's page and the queues are written to the test's directory, and to ``$CODDL_SCREENSHOTS`` when it is
+set (that is how docs/dashboard-*.png are made)."""
 
 from __future__ import annotations
 
@@ -185,3 +186,44 @@ def test_jobs_appear_live_resize_and_stay_private(srv, browser, tmp_path):
     shot(d, tmp_path, "dashboard-job.png", 1450)
     for job in (a, b):
         assert srv.admin.delete(f"/jobs/{job}").status_code == 202
+
+
+def test_the_queues_table_shows_each_teams_quota_and_use(browser, tmp_path, tmp_path_factory):
+    """A server started with a queue file (4 GPUs): erin's team holds 3 by quota, frank's 1. erin's job
+    (a restartable command, up to 4 GPUs) borrows frank's idle one. Everyone sees every queue's quota and use; a user sees the
+    members of their own queue only, marked as theirs; an admin sees every queue's members."""
+    qfile = tmp_path / "queues.yaml"
+    qfile.write_text("queues:\n  - {name: vision, cohort: lab, nominal_gpus: 3, users: [erin]}\n"
+                     "  - {name: nlp, cohort: lab, nominal_gpus: 1, users: [frank]}\n")
+    srv = Server(tmp_path_factory.mktemp("queues-ui") / "state", gpus=4, policy="max-min", extra=("--queues", str(qfile)))
+    d = browser
+    try:
+        erin, frank = (srv.admin.post("/tokens", json={"user": u}).json()["token"] for u in ("erin", "frank"))
+        with srv.client(erin) as api:  # a program that starts at once: only its GPUs matter here
+            job = srv.submit({"name": "borrower", "kind": "command", "command": ["bash", "-c", "sleep 600"],
+                              "steps": 1000, "restartable": True, "max_gpus": 4, "grace_s": 1.0}, client=api)
+        login(d, srv, erin)
+        rows = wait_for(lambda: (r := {q["id"]: q for q in found(d, "#queues tbody tr")}).get("queue-vision", {})
+                        .get("data-gpus") == "4" and r, 120, "erin's job on 4 GPUs in the queues table")
+        vision, nlp = rows["queue-vision"], rows["queue-nlp"]
+        assert (vision["data-quota"], vision["data-gpus"], vision["data-borrowed"]) == ("3", "4", "1")
+        assert (nlp["data-quota"], nlp["data-gpus"], nlp["data-borrowed"]) == ("1", "0", "0")
+        assert "mine" in vision["class"] and "(yours)" in vision["text"] and "erin" in vision["text"]
+        assert "mine" not in nlp["class"] and "(yours)" not in nlp["text"] and "frank" not in nlp["text"]
+        cells = [c["text"] for c in found(d, "#queue-vision td")]
+        assert cells[:4] == ["vision (yours)", "lab", "3", "4"] and cells[5] == "1", cells
+
+        login(d, srv, frank)
+        rows = {q["id"]: q for q in found(d, "#queues tbody tr")}
+        assert "(yours)" in rows["queue-nlp"]["text"] and "frank" in rows["queue-nlp"]["text"]
+        assert rows["queue-vision"]["data-gpus"] == "4" and "erin" not in rows["queue-vision"]["text"]
+        assert "borrower" not in d.page_source  # the use of a queue, not whose job it is
+
+        login(d, srv, srv.admin_token)
+        rows = {q["id"]: q for q in found(d, "#queues tbody tr")}
+        assert "erin" in rows["queue-vision"]["text"] and "frank" in rows["queue-nlp"]["text"]
+        assert [k for k, r in rows.items() if "(yours)" in r["text"]] == ["queue-default"]  # where admins are
+        shot(d, tmp_path, "dashboard-queues.png", 1000)
+        assert srv.admin.delete(f"/jobs/{job}").status_code == 202
+    finally:
+        srv.cleanup()
