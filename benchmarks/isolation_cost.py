@@ -7,6 +7,9 @@ the same warm pool. Prints JSON (medians and 90th percentiles, milliseconds).
   read-only, a keeper process and PID 1 of the job — what a server that is not root does;
 - ``account`` (only as root): the same without the user namespace, plus the switch to another uid
   (65534 here) and the Python installation shown through a private /root — what a root server does.
+- ``account+netns`` (only as root): ``account`` in a fresh network namespace of its own, made for each
+  launch and counted in its time — what a root server does for a command job's gang (its first rank;
+  the other ranks only join it).
 
 Launches alternate between the kinds so that load on the machine falls on all of them alike; the
 load average is printed too.
@@ -23,12 +26,14 @@ import platform
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from coddl.elastic.pool import WorkerPool
 from coddl.elastic.sandbox import Confinement
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.isolation import installation
+from coddl.runtime.netns import Networks
 
 FIRST_LINE = "import os, time\nopen(os.environ['STAMP'], 'w').write(repr(time.monotonic()))\n"
 
@@ -64,6 +69,8 @@ def main() -> None:
         if os.geteuid() == 0:
             kinds["account"] = Confinement(job_dir=str(state / "jobs" / "account"), hide=hide, expose=installation(),
                                            uid=65534, gid=65534, account="nobody")
+            kinds["account+netns"] = replace(kinds["account"], job_dir=str(state / "jobs" / "account+netns"))
+        networks = Networks()
         dirs = {k: state / "jobs" / k for k in kinds}
         for d in dirs.values():
             d.mkdir(parents=True)
@@ -71,7 +78,13 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in kinds}
         for run in range(args.runs + 1):
             for kind, c in kinds.items():
-                ms = launch_ms(pool, dirs[kind] / "first_line.py", dirs[kind], c, run)
+                t0 = time.monotonic()
+                if kind == "account+netns":
+                    path, ino = networks.join(str(run))
+                    c = replace(c, network=str(run), netns=path, netns_ino=ino)
+                made_ms = 1000 * (time.monotonic() - t0)
+                ms = made_ms + launch_ms(pool, dirs[kind] / "first_line.py", dirs[kind], c, run)
+                networks.release(str(run))
                 if run:  # the first of each kind warms caches
                     times[kind].append(ms)
     base = statistics.median(times["none"])
