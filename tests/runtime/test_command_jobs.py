@@ -6,7 +6,9 @@ finishes; a rigid one is cancelled with SIGTERM and its ranks stop cleanly.
 
 On a root server each gang runs in a network namespace of its own: while it trains, neither root on
 the host nor another account reaches its ``TCPStore`` on ``MASTER_PORT`` (the same attempts reach a
-``TCPStore`` on the host's loopback), and once the gang has stopped its namespace is gone."""
+``TCPStore`` on the host's loopback), and once the gang has stopped its namespace is gone. An elastic
+job there gets the same: its workers' collectives listen in a namespace of the job's own, which the
+host cannot reach, and it trains to its end with its store served inside it."""
 
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
         first_ns = assert_own_network(first)
         port = int(first[0]["env"]["MASTER_PORT"])
         assert not reaches_store(port), "root on the host wrote to the gang's TCPStore"
-        if CAN_RUN_AS_NOBODY:
+        if CAN_RUN_AS_NOBODY and port not in listening_ports(os.getpid()):  # else the port is another's now
             assert not nobody_connects(port), "another account connected to the gang's MASTER_PORT"
     # max-min: one GPU each, so a shrinks; the visitor stays until a's restart on one GPU has been seen
     # (on a loaded machine, starting Python and torch may take longer than a short visitor would run)
@@ -177,3 +179,33 @@ def test_a_command_job_sees_nothing_of_the_server(srv):
     assert f"cwd={srv.state_dir / 'jobs' / str(j)}" in log
     listed = log.split("jobs:")[1].split("\n0\n")[0].split()  # what `ls STATE/jobs` showed
     assert listed == [str(j)], log
+
+
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports listening in the network namespace of process ``pid`` (its /proc/PID/net/tcp)."""
+    ports = set()
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{name}") as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A":  # LISTEN
+                    ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.skipif(not ROOT, reason="a network namespace per job needs a root server")
+def test_an_elastic_jobs_collectives_are_its_own_on_a_root_server(srv):
+    bob = srv.client(srv.token("bob"))
+    j = srv.submit(tiny_job("elastic", steps=150, min_gpus=2, max_gpus=2), bob)
+    running = srv.wait_job(j, lambda v: v["steps_done"] >= 5 and len(v["workers"]) == 2 and v, 120, "training")
+    pids = [w["pid"] for w in running["workers"]]
+    inos = {os.stat(f"/proc/{pid}/ns/net").st_ino for pid in pids}
+    assert len(inos) == 1 and HOST_NETNS not in inos, inos  # both workers, one namespace, not the host's
+    ports = listening_ports(pids[0])  # gloo's listeners and the job's store, in there
+    assert ports, "nothing listens in the job's namespace"
+    for port in ports - listening_ports(os.getpid()):  # a port also in use on the host is another's there
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    done = srv.wait_job(j, lambda v: v["terminal"], 180, "the end")
+    assert done["status"] == "finished" and done["steps_done"] == 150, done["message"]
+    wait_for(lambda: not netns_alive(inos.pop()), 30, "the job's network namespace to go")

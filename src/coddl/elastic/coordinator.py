@@ -6,6 +6,7 @@ the local ``ElasticJob`` and a multi-node executor whose workers live elsewhere.
 from __future__ import annotations
 
 import datetime
+import socket
 import threading
 from typing import Callable, Sequence, TypeVar
 
@@ -38,11 +39,12 @@ class Coordinator:
     ``serve=False`` nothing listens (a standalone session of one worker uses ``store`` in process).
     """
 
-    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 30.0, serve: bool = True) -> None:
+    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 30.0, serve: bool = True,
+                 listener: socket.socket | None = None) -> None:
         self.secret = new_secret()
         self.state = KVState()
         self.store = LocalStore(self.state, datetime.timedelta(seconds=timeout_s))
-        self._server = KVServer(self.state, self.secret, host) if serve else None
+        self._server = KVServer(self.state, self.secret, host, listener) if serve else None
         self.address = self._server.address if self._server is not None else None
         self._lock = threading.Lock()  # posting and announcing happen in order, from several threads
         self._membership = Membership(0, (), "none")

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import enum
 import itertools
+import secrets
+import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
 from typing import Mapping, Self, Sequence
@@ -171,7 +173,8 @@ class ElasticJob(WorkerGroup):
     def __init__(self, config: JobConfig, launcher: Launcher | None = None) -> None:
         self.config = config
         self._launcher = launcher if launcher is not None else WorkerPool()
-        self.coordinator = Coordinator(config.host, timeout_s=config.pg_timeout_s)
+        self._network, listener = self._own_network()
+        self.coordinator = Coordinator(config.host, timeout_s=config.pg_timeout_s, listener=listener)
         self._cuda = torch.cuda.is_available()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -273,9 +276,24 @@ class ElasticJob(WorkerGroup):
         return self.coordinator.finished()
 
     def close(self) -> None:
-        """Kill any remaining worker and stop watching; the store goes away with the handle."""
+        """Kill any remaining worker and stop watching; the store (and the job's network namespace, if
+        it has one) goes away with the handle."""
         super().close()
         self.coordinator.close()
+        if self._network is not None:
+            self._launcher.release_network(self._network)
+
+    def _own_network(self) -> tuple[str | None, socket.socket | None]:
+        """A network namespace for all the job's workers, with the store listening inside it, where the
+        launcher can make one (a root server's, for workers on this host: ``coddl.runtime.netns``):
+        then no process outside the job reaches its collectives. Its key and the store's socket."""
+        c = self.config
+        listen = getattr(self._launcher, "listen_in_network", None)
+        if c.confinement is None or listen is None or c.host != "127.0.0.1":
+            return None, None
+        key = f"{c.job_id}-{secrets.token_hex(6)}"
+        listener = listen(key, c.host)
+        return (key, listener) if listener is not None else (None, None)
 
     # ---- internals -------------------------------------------------------------------------------
 
@@ -320,10 +338,14 @@ class ElasticJob(WorkerGroup):
         env["CODDL_SLOT"] = str(worker.slot)
         if self._cuda:
             env["CUDA_VISIBLE_DEVICES"] = str((c.gpu_of_slot or {}).get(worker.slot, worker.slot))
+        confinement = c.confinement
+        if self._network is not None:  # loopback is all the job's namespace has
+            env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo", **env}
+            confinement = replace(confinement, network=self._network)
         return WorkerSpec(
             entry=c.entry, args=tuple(c.args), env=env,
             log_path=str(c.job_dir / "logs" / f"{worker.worker_id}.log"),
-            cwd=str(c.job_dir), sys_path=tuple(sys.path), threads=c.threads, confinement=c.confinement,
+            cwd=str(c.job_dir), sys_path=tuple(sys.path), threads=c.threads, confinement=confinement,
         )
 
     def _await(self, generation: int, t0: float) -> float:

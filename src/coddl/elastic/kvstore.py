@@ -236,14 +236,18 @@ class KVServer:
     blocked thread, until the key appears or the request's timeout passes.
     """
 
-    def __init__(self, state: KVState, secret: bytes, host: str = "127.0.0.1") -> None:
+    def __init__(self, state: KVState, secret: bytes, host: str = "127.0.0.1",
+                 listener: socket.socket | None = None) -> None:
+        """``listener``: a socket already listening on ``host`` (one made inside the job's network
+        namespace, ``coddl.runtime.netns.listen_in``); by default one is made here."""
         self.state = state
         self._secret = secret
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((host, 0))
-        self._listener.listen(128)
+        if listener is None:
+            listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, 0))
+            listener.listen(128)
+        self._listener = listener
         self._listener.setblocking(False)
         self.host = host
         self.port = self._listener.getsockname()[1]

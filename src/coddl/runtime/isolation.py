@@ -11,8 +11,9 @@ worker on every node.
 - ``--unsafe-no-isolation``: jobs run with the server's privileges, as in a single-user setup. Only
   then may a host without user namespaces run jobs at all.
 
-Only the root mode can give a command job's gang on one node a network namespace of its own
-(``coddl.runtime.netns``; ``network_note`` says what each job gets, ``describe`` what the server does).
+Only the root mode can give a command job's gang on one node, and an elastic job on the local
+executor, a network namespace of its own (``coddl.runtime.netns``; ``network_note`` says what each
+command job gets, ``describe`` what the server does).
 
 Either confined mode is checked at start-up by running one confined worker (``probe``) that looks
 around from the inside; if the kernel refuses any step, the server refuses to start rather than run
@@ -26,6 +27,7 @@ import multiprocessing.util
 import os
 import shutil
 import site
+import socket
 import sys
 import tempfile
 import time
@@ -82,8 +84,8 @@ class Isolation:
                "every process on the host"
 
     def describe(self) -> str:
-        return {"accounts": "each job as its owner's account, sandboxed; a command job's gang on one node in "
-                            "a network namespace of its own",
+        return {"accounts": "each job as its owner's account, sandboxed; a command job's gang on one node, "
+                            "and a job of this host's, in a network namespace of its own",
                 "sandbox": f"jobs sandboxed as {getpass.getuser()} (user namespaces); NOT isolated: command jobs' "
                            "rendezvous and collectives, in the host's network (a namespace per job needs root)",
                 "none": "NONE: jobs run with the server's privileges (--unsafe-no-isolation)"}[self.mode]
@@ -157,6 +159,12 @@ class ConfinedLauncher:
     def release_network(self, key: str) -> None:
         """Gang ``key`` has stopped on this node (see ``coddl.runtime.netns``)."""
         self.networks.release(key)
+
+    def listen_in_network(self, key: str, host: str) -> socket.socket | None:
+        """For an elastic job whose workers run on this node: a socket listening on ``host`` inside the
+        network namespace its workers will get under ``key`` (its store serves them there), or None
+        where the server makes no namespaces."""
+        return self.networks.listen(key, host) if self.isolation.gang_networks else None
 
     def probe(self, work_dir: Path, timeout_s: float = 120.0) -> float:
         """Start one confined worker that checks the confinement from the inside; returns the seconds

@@ -1,6 +1,8 @@
 """A network namespace of its own for each gang of a command job on one node, so that its rendezvous
 (torch's ``TCPStore`` on ``MASTER_PORT``, which has no authentication) and its collectives (gloo's or
-NCCL's sockets) are reachable by its own ranks and by nothing else on the host.
+NCCL's sockets) are reachable by its own ranks and by nothing else on the host; and for each elastic
+job on the local executor, whose collectives are the same, while its store (in the server) listens
+inside the namespace (``listen_in``).
 
 The namespace has only ``lo``, up: the ranks meet at ``127.0.0.1`` as they would on the host, and no
 other process — another user's job, or the host's root — has a route to it. It is anonymous (never
@@ -81,6 +83,41 @@ def create() -> tuple[int, int]:
     return out["made"]  # type: ignore[return-value]
 
 
+def listen_in(fd: int, host: str) -> socket.socket:
+    """A TCP socket listening on ``host`` (port chosen by the kernel) inside the namespace held by
+    ``fd``: how a server in the host's network serves a job whose workers are in that namespace (a
+    socket stays in the namespace it was made in). Made from a throwaway thread, as in ``create``."""
+    out: dict[str, object] = {}
+
+    def make() -> None:
+        try:
+            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _check(_libc.setns(fd, CLONE_NEWNET), "setns (into the job's network)")
+                try:
+                    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+                    out["sock"] = s
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind((host, 0))
+                    s.listen(128)
+                finally:
+                    _check(_libc.setns(home, CLONE_NEWNET), "setns (back to the host's network)")
+            finally:
+                os.close(home)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            out["error"] = e
+            made = out.pop("sock", None)
+            if made is not None:
+                made.close()
+
+    t = threading.Thread(target=make, name="coddl-netns-listen", daemon=True)
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["sock"]  # type: ignore[return-value]
+
+
 class Networks:
     """The gangs' namespaces on this node, by the key the gang's ranks carry
     (``Confinement.network``). Thread-safe."""
@@ -97,6 +134,13 @@ class Networks:
                 self._held[key] = create()
             fd, ino = self._held[key]
         return f"/proc/{os.getpid()}/fd/{fd}", ino
+
+    def listen(self, key: str, host: str) -> socket.socket:
+        """A listening socket on ``host`` in the namespace of ``key`` (made now if it has none yet)."""
+        self.join(key)
+        with self._lock:
+            fd = self._held[key][0]
+            return listen_in(fd, host)
 
     def release(self, key: str) -> None:
         """The gang has stopped: drop the descriptor (the kernel frees the namespace with its last rank)."""

@@ -19,6 +19,7 @@ allocated slots — carrying out the standing plan, not deciding a new one.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from concurrent.futures import Future, wait
@@ -412,6 +413,10 @@ class _Guarded:
         release = getattr(self.launcher, "release_network", None)
         if release is not None:
             release(key)
+
+    def listen_in_network(self, key: str, host: str) -> socket.socket | None:
+        listen = getattr(self.launcher, "listen_in_network", None)
+        return listen(key, host) if listen is not None else None
 
 
 def local_pin(pids: dict[int, int], cores: tuple[int, ...], first_core: int = 0) -> None:
