@@ -1,5 +1,5 @@
 """``coddl.runtime.netns``: a gang's network namespace has only ``lo``, up; a process in it serves on
-loopback where the host cannot reach it; and it is gone once its members and its holder are — also
+loopback where the host cannot reach it, and reaches a socket the server made inside it; and it is gone once its members and its holder are — also
 when the holder is SIGKILLed, which is what a crashed controller or Ray node agent amounts to."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def test_a_gang_serves_on_its_own_loopback_and_its_namespace_ends_with_it():
     assert nets.join("job-1") == (path, ino) and nets.join("job-2")[1] != ino  # one per gang
     nets.release("job-2")
     assert os.stat("/proc/self/ns/net").st_ino != ino  # the server never left the host's network
+    served = nets.listen("job-1", "127.0.0.1")  # the server's socket inside the gang's namespace
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # a rank: joins, serves on loopback, reports its interfaces and port
@@ -34,19 +35,22 @@ def test_a_gang_serves_on_its_own_loopback_and_its_namespace_ends_with_it():
         s.bind(("127.0.0.1", 0))
         s.listen()
         names = ",".join(n for _, n in socket.if_nameindex())
+        socket.create_connection(("127.0.0.1", served.getsockname()[1]), timeout=5).close()  # reaches the server
         os.write(ready_w, f"{ok} {names} {s.getsockname()[1]}".encode())
         signal.pause()
         os._exit(0)
     ok, names, port = os.read(ready_r, 200).decode().split()
     try:
         assert ok == "True" and names == "lo"
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", int(port)), timeout=2)
+        for unreachable in (int(port), served.getsockname()[1]):  # from the host's network: neither
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", unreachable), timeout=2)
         nets.release("job-1")
         assert netns_alive(ino)  # its rank is still in it
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+    served.close()
     assert not netns_alive(ino)
     nets.close()
 

@@ -25,11 +25,13 @@ import os
 import socket
 import struct
 import threading
+from typing import Callable, TypeVar
 
 CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 def _check(rc: int, what: str) -> None:
@@ -47,35 +49,30 @@ def _loopback_up() -> None:
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
 
 
-def create() -> tuple[int, int]:
-    """A new network namespace with ``lo`` up: (a descriptor holding it, its inode number).
-
-    Made from a throwaway thread: a thread's network namespace is its own, so the thread moves into
-    the new one, brings ``lo`` up, opens it and moves back, while the rest of the process never leaves
-    the host's. Were it unable to move back, it ends there, and the namespace with it.
-    """
+def _elsewhere(enter: Callable[[], None], work: Callable[[], T], discard: Callable[[T], None]) -> T:
+    """``work()`` on a throwaway thread that first ``enter``s another network namespace and then moves
+    back to the host's: a thread's network namespace is its own, so the rest of the process never
+    leaves the host's. Were the thread unable to move back, it ends there. What ``work`` made is
+    ``discard``ed if moving back fails."""
     out: dict[str, object] = {}
 
-    def make() -> None:
+    def run() -> None:
         try:
             home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             try:
-                _check(_libc.unshare(CLONE_NEWNET), "unshare (a new network namespace)")
+                enter()
                 try:
-                    _loopback_up()
-                    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-                    out["made"] = (fd, os.fstat(fd).st_ino)
+                    out["made"] = work()
                 finally:
                     _check(_libc.setns(home, CLONE_NEWNET), "setns (back to the host's network)")
             finally:
                 os.close(home)
         except BaseException as e:  # noqa: BLE001 - handed to the caller below
             out["error"] = e
-            made = out.pop("made", None)
-            if made is not None:
-                os.close(made[0])
+            if "made" in out:
+                discard(out.pop("made"))  # type: ignore[arg-type]
 
-    t = threading.Thread(target=make, name="coddl-netns", daemon=True)
+    t = threading.Thread(target=run, name="coddl-netns", daemon=True)
     t.start()
     t.join()
     if "error" in out:
@@ -83,39 +80,36 @@ def create() -> tuple[int, int]:
     return out["made"]  # type: ignore[return-value]
 
 
+def create() -> tuple[int, int]:
+    """A new network namespace with ``lo`` up: (a descriptor holding it, its inode number)."""
+
+    def opened() -> tuple[int, int]:
+        _loopback_up()
+        fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        return fd, os.fstat(fd).st_ino
+
+    return _elsewhere(lambda: _check(_libc.unshare(CLONE_NEWNET), "unshare (a new network namespace)"), opened,
+                      lambda made: os.close(made[0]))
+
+
 def listen_in(fd: int, host: str) -> socket.socket:
     """A TCP socket listening on ``host`` (port chosen by the kernel) inside the namespace held by
     ``fd``: how a server in the host's network serves a job whose workers are in that namespace (a
-    socket stays in the namespace it was made in). Made from a throwaway thread, as in ``create``."""
-    out: dict[str, object] = {}
+    socket stays in the namespace it was made in)."""
 
-    def make() -> None:
+    def listening() -> socket.socket:
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         try:
-            home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                _check(_libc.setns(fd, CLONE_NEWNET), "setns (into the job's network)")
-                try:
-                    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-                    out["sock"] = s
-                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    s.bind((host, 0))
-                    s.listen(128)
-                finally:
-                    _check(_libc.setns(home, CLONE_NEWNET), "setns (back to the host's network)")
-            finally:
-                os.close(home)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller below
-            out["error"] = e
-            made = out.pop("sock", None)
-            if made is not None:
-                made.close()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            s.listen(128)
+        except BaseException:
+            s.close()
+            raise
+        return s
 
-    t = threading.Thread(target=make, name="coddl-netns-listen", daemon=True)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]  # type: ignore[misc]
-    return out["sock"]  # type: ignore[return-value]
+    return _elsewhere(lambda: _check(_libc.setns(fd, CLONE_NEWNET), "setns (into the job's network)"), listening,
+                      lambda s: s.close())
 
 
 class Networks:
