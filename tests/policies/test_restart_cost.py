@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from coddl.core import Cluster, JobSpec
 from coddl.perf.curves import CurveTable
-from coddl.policies import make_policy
+from coddl.policies import make_policy, restarts
 from coddl.scheduler import Scheduler
 
 LIN = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
@@ -122,3 +122,50 @@ def test_growth_pays_and_no_gpu_is_left_to_a_held_job(jobs, policy) -> None:
     if policy in ("max-min", "optimus"):
         want = np.where((cost > 0) & (before_h > 0) & (t.share[: t.n] == before_h), before_h, t.max_gpus[: t.n])
         assert held.gpus_in_use == min(8, int(want.sum()))
+
+
+PEAK = CurveTable.from_points({"peak": {1: 1.0, 2: 2.0, 3: 1.5, 4: 1.2}, "lin": {k: float(k) for k in range(1, 9)}})
+
+
+def running(work_a: float) -> Scheduler:
+    """8 GPUs under FIFO (each job gets its request): A (peak curve: fastest on 2 GPUs) on 1 of up
+    to 4, B on 2 of at most 2, C on 1, D (needs all 8) waiting. Nothing done yet: W = the work."""
+    s = Scheduler(Cluster.for_gpus(8, 8), make_policy("fifo"), PEAK)
+    for spec in (JobSpec("A", 0.0, 1, work_a, "peak", 1, 4), JobSpec("B", 0.0, 2, 500.0, "lin", 2, 2),
+                 JobSpec("C", 0.0, 1, 500.0, "lin", 1, 8), JobSpec("D", 0.0, 8, 500.0, "lin", 8, 8)):
+        s.submit(spec, 0.0)
+    s.step(0.0)
+    assert shares(s) == {"A": 1, "B": 2, "C": 1, "D": 0}
+    for j, cost in (("A", COST), ("B", COST), ("D", COST)):  # C resizes in place
+        s.set_resize_cost(j, cost)
+    return s
+
+
+@pytest.mark.parametrize(("work_a", "hopeless"), [
+    (150.0, True),  # T(1) = 150 s; its best, 2 GPUs, T = 75 s: saves 75 s ≤ 100 s whatever it gets
+    (200.0, True),  # saves exactly 100 s: no more than the cost
+    (250.0, False),  # saves 125 s on 2 GPUs (on 4, the slowest of its growths, only 42 s)
+])
+def test_a_job_no_growth_pays_for_is_held_before_the_policy_runs(work_a, hopeless) -> None:
+    # B is at its maximum, C resizes for free, D is not running (a start is not a resize)
+    s = running(work_a)
+    ctx = s.context(0.0)
+    assert [ctx.jobs.ids[r] for r in restarts.hopeless(ctx)] == (["A"] if hopeless else [])
+
+
+def test_a_growth_is_unprofitable_when_it_saves_no_more_than_the_cost() -> None:
+    s = running(250.0)
+    ctx = s.context(0.0)
+    rows = {j: s.table.row[j] for j in "ABCD"}
+
+    def judged(**gpus: int) -> list[str]:
+        g = ctx.jobs.share.copy()
+        for j, k in gpus.items():
+            g[rows[j]] = k
+        return sorted(ctx.jobs.ids[r] for r in restarts.unprofitable(ctx, g))
+
+    assert judged(A=2) == []  # T(1) = 250 s → T(2) = 125 s: saves 125 s > 100 s
+    assert judged(A=3) == ["A"]  # T(3) = 166.7 s: saves 83 s
+    assert judged(A=4) == ["A"]  # T(4) = 208 s: saves 42 s
+    assert judged(C=8, D=8) == []  # C resizes for free; D starts
+    assert judged(A=1, B=1) == []  # a shrink is the policy's to decide
