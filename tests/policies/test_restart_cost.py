@@ -153,6 +153,24 @@ def test_a_job_no_growth_pays_for_is_held_before_the_policy_runs(work_a, hopeles
     assert [ctx.jobs.ids[r] for r in restarts.hopeless(ctx)] == (["A"] if hopeless else [])
 
 
+def test_the_hold_reads_each_job_at_its_own_corrected_speed() -> None:
+    # A twice as fast as its curve: T(1) = 125 s, on 2 GPUs 62.5 s: saves 62.5 s. C (lin) with a
+    # restart cost too, W = 500: T(1) = 500 s, on 8 GPUs 62.5 s: saves 437.5 s, grows; at a tenth of
+    # its curve's speed it saves ten times that.
+    s = running(250.0)
+    s.set_speed("A", 2.0)
+    s.set_resize_cost("C", COST)
+    ctx = s.context(0.0)
+    assert [ctx.jobs.ids[r] for r in restarts.hopeless(ctx)] == ["A"]
+    s.set_speed("A", 0.5)  # T(1) = 500 s, on 2 GPUs 250 s: saves 250 s
+    s.set_resize_cost("C", 450.0)  # > 437.5 s
+    ctx = s.context(0.0)
+    assert [ctx.jobs.ids[r] for r in restarts.hopeless(ctx)] == ["C"]
+    s.set_speed("C", 0.1)
+    ctx = s.context(0.0)
+    assert list(restarts.hopeless(ctx)) == []
+
+
 def test_a_growth_is_unprofitable_when_it_saves_no_more_than_the_cost() -> None:
     s = running(250.0)
     ctx = s.context(0.0)
