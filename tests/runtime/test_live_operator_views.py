@@ -115,8 +115,11 @@ def test_metrics_follow_real_jobs_as_they_start_resize_and_finish(srv):
         m = until(lambda m: value(m, "coddl_resize_seconds_count", action="shrink") >= 1
                   and ("coddl_gpus_allocated", (("queue", "default"), ("user", "dave"))) in m, "the first job's shrink")
         assert value(m, "coddl_resize_seconds_sum", action="shrink") > 0
-        assert value(m, "coddl_gpus_allocated", user="dave", queue="default") == 2
-        assert value(m, "coddl_gpus_allocated", user="carol", queue="default") == 2
+        # how the 4 GPUs are divided is the policy's business (on profiles measured on a loaded machine,
+        # 2 / 2 or 3 / 1); the metrics must show each user's part of it, and all of it
+        dave_gpus = value(m, "coddl_gpus_allocated", user="dave", queue="default")
+        carol_gpus = value(m, "coddl_gpus_allocated", user="carol", queue="default")
+        assert dave_gpus >= 1 and carol_gpus >= 1 and dave_gpus + carol_gpus == 4 - value(m, "coddl_gpus_idle")
 
         for job in (first, second):
             assert srv.admin.delete(f"/jobs/{job}").status_code == 202
