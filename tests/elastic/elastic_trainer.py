@@ -1,7 +1,10 @@
 """Training script the end-to-end tests run as their workers (a script-path entry).
 
 A small MLP keeps steps cheap; STEP_SLEEP slows them down so that a test can act mid-training, and
-START_SLEEP stretches a worker's start-up. Every
+START_SLEEP stretches a worker's start-up. DEVICE_S_PER_SAMPLE ("fast=0.001,slow=0.003") emulates
+devices of different speeds: a worker whose CODDL_DEVICE_TYPE (or "slotN", its CODDL_SLOT) is listed
+computes that long per sample of its local batch, as a slower GPU would (the balance test's
+heterogeneous cluster). Every
 applied step appends one JSON line to $CODDL_JOB_DIR/steps-<worker>.jsonl with the samples this rank
 trained on, and every worker records the step it started from, so that the tests can check from the
 outside that no sample was lost or repeated and that a restart resumed from the checkpoint.
@@ -27,6 +30,10 @@ def main() -> None:
     steps = int(os.environ["STEPS"])
     global_batch = int(os.environ["GLOBAL_BATCH"])
     sleep = float(os.environ.get("STEP_SLEEP", "0"))
+    per_sample = dict((kv.split("=")[0], float(kv.split("=")[1]))
+                      for kv in os.environ.get("DEVICE_S_PER_SAMPLE", "").split(",") if kv)
+    device_s = per_sample.get(os.environ.get("CODDL_DEVICE_TYPE", ""),
+                              per_sample.get(f"slot{os.environ.get('CODDL_SLOT', '')}", 0.0))
     job_dir = Path(os.environ["CODDL_JOB_DIR"])
     worker = os.environ["CODDL_WORKER_ID"]
     gen = torch.Generator().manual_seed(7)
@@ -41,7 +48,7 @@ def main() -> None:
         for xb, yb in s.batches(dataset, global_batch=global_batch, steps=steps):
             loss = nn.functional.mse_loss(model(xb), yb)
             loss.backward()
-            time.sleep(sleep)
+            time.sleep(sleep + device_s * len(xb))
             if s.step(loss):
                 # Only what belongs to the step just applied: rank and world may already be the next
                 # generation's, since a resize happens inside step().

@@ -255,3 +255,57 @@ def test_inspection_keeps_every_sample_once_and_the_same_updates(tmp_path: Path,
     assert len(inspection.timings) == sum(1 << (s % 3) for s in range(INSPECT_STEPS - INSPECT_WARMUP))
     # each timed batch slept STEP_SLEEP (10 ms) inside its forward and backward pass
     assert all(0.01 <= s < 5 for _, s in inspection.timings) and inspection.step_overhead_s >= 0
+
+
+def run_on_devices(job_dir: Path, pool: WorkerPool, devices: dict[int, tuple[str, float]]) -> tuple[dict, dict]:
+    """60 steps on slots 0 and 1, grown onto slot 2 after step 30; devices emulated by the trainer
+    (``fast`` computes 0.5 ms per sample, ``slow`` 1.5 ms). The final checkpoint, and per worker
+    the local batch of every step it applied."""
+    cfg = config(job_dir, 60, verify=False, device_of_slot=devices)
+    cfg = dataclasses.replace(cfg, env={**cfg.env, "STEP_SLEEP": "0", "DEVICE_S_PER_SAMPLE": "fast=0.0005,slow=0.0015"})
+    with ElasticJob(cfg, pool) as job:
+        job.start([0, 1])
+        wait_for_step(job, 30)
+        job.resize([0, 1, 2])
+        report = job.wait(60)
+    assert report.phase is JobPhase.FINISHED and report.progress.step == 60
+    sizes: dict[str, dict[int, int]] = defaultdict(dict)
+    for path in job_dir.glob("steps-*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            sizes[path.stem.removeprefix("steps-")][rec["step"]] = len(rec["samples"])
+    return state.load_checkpoint(job_dir), sizes
+
+
+def test_ranks_of_two_device_types_split_the_batch_by_speed(tmp_path: Path, pool: WorkerPool) -> None:
+    """CoDDL's dynamic load balancing: a job on a fast and a slow device gives the fast one about three
+    times the samples (it computes three times faster), re-balanced when a second slow device joins —
+    with the global batch, every sample once and the updates of an equal split."""
+    mixed, sizes = run_on_devices(tmp_path / "mixed", pool, {0: ("fast", 1.0), 1: ("slow", 1.0), 2: ("slow", 1.0)})
+    equal, equal_sizes = run_on_devices(tmp_path / "equal", pool, {0: ("fast", 1.0), 1: ("fast", 1.0), 2: ("fast", 1.0)})
+
+    # every step is the next 48 samples of the stream, whatever the split (checked per rank below)
+    logs = step_logs(tmp_path / "mixed")
+    order = SampleOrder(SAMPLES, seed=0)
+    assert sorted(logs) == list(range(1, 61))
+    for step, ranks in logs.items():
+        expected = order.take(Position().advanced((step - 1) * GLOBAL_BATCH, SAMPLES), GLOBAL_BATCH)
+        assert sorted(s for r in ranks for s in r) == sorted(zip(expected.epochs, expected.indices)), step
+
+    # one type: the equal split, 24 / 24 then 16 / 16 / 16, at every step
+    assert set(equal_sizes["w0"].values()) == {24, 16} and set(equal_sizes["w2"].values()) == {16}
+    # two types: the prior (equal speeds) starts at 24 / 24, then measured ~3 : 1 → about 36 / 12
+    fast, slow, joined = sizes["w0"], sizes["w1"], sizes["w2"]
+    assert fast[1] == slow[1] == 24
+    settled = [fast[s] for s in range(15, 31) if s in fast and s not in joined]
+    assert settled and min(settled) >= 30, fast
+    # after the grow the newcomer is of a measured type: balanced from its first step (an equal split
+    # would be 16 each), about 28 / 10 / 10
+    first = min(joined)
+    assert fast[first] >= 22 and joined[first] <= 13 and fast[first] + slow[first] + joined[first] == GLOBAL_BATCH
+    assert all(fast[s] > joined[s] for s in joined)
+
+    # the updates are those of the equal split, up to the rounding of differently summed gradients
+    assert mixed["step"] == equal["step"] == 60 and mixed["samples"] == equal["samples"]
+    for name, p in equal["model"].items():
+        assert torch.allclose(mixed["model"][name], p, rtol=1e-4, atol=1e-5), name

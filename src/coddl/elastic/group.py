@@ -34,6 +34,11 @@ def select_backend() -> tuple[str, torch.device]:
     return "gloo", torch.device("cpu")
 
 
+def device_name(device: torch.device) -> str:
+    """The device's model as the estimator names GPU types (``NVIDIA A100-SXM4-80GB``), or ``cpu``."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def form(store: dist.Store, generation: int, rank: int, world_size: int, backend: str, timeout_s: float) -> None:
     dist.init_process_group(
         backend,

@@ -89,6 +89,9 @@ class JobConfig:
     host: str = "127.0.0.1"  # how workers reach the store; use a routable address for remote workers
     threads: int = 1  # torch intra-op threads per worker
     gpu_of_slot: Mapping[int, int] | None = None  # slot → physical GPU; default: the slot number
+    # slot → (device type, relative speed) as the cluster spec has them; ranks on more than one type
+    # cut the global batch by speed (coddl.elastic.balance). Default: each device's own name, speed 1.
+    device_of_slot: Mapping[int, tuple[str, float]] | None = None
     confinement: Confinement | None = None  # how the launcher confines the workers (None: not at all)
 
 
@@ -329,11 +332,13 @@ class ElasticJob(WorkerGroup):
     def _spec(self, worker: _Worker, generation: int) -> WorkerSpec:
         c = self.config
         env = dict(c.env)
+        device_type, device_speed = (c.device_of_slot or {}).get(worker.slot, ("", 1.0))
         env.update(WorkerEnv(
             store_addr=self.coordinator.address, store_key=self.coordinator.secret, job_id=c.job_id,
             worker_id=worker.worker_id,
             generation=generation, job_dir=c.job_dir, pg_timeout_s=c.pg_timeout_s,
             checkpoint_s=c.checkpoint_s, report_s=c.report_s, seed=c.seed, verify=c.verify,
+            device_type=device_type, device_speed=device_speed,
         ).to_environ())
         env["CODDL_SLOT"] = str(worker.slot)
         if self._cuda:

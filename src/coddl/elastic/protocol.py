@@ -21,6 +21,9 @@ Environment of a worker (set by the executor; ``WorkerEnv.from_environ`` reads i
     CODDL_VERIFY            "1": every rank reports a hash of its training state after each regroup
     CODDL_INSPECT           "1": time the job's first steps for the estimator (job inspection, below)
     CODDL_SLOT              the logical GPU slot this worker occupies (informational)
+    CODDL_DEVICE_TYPE       the slot's device type as the cluster spec names it (default: the CUDA
+                            device name, or cpu); ranks of more than one type balance the batch
+    CODDL_DEVICE_SPEED      that type's relative speed in the spec, default 1 (the balance's start)
     CUDA_VISIBLE_DEVICES    the slot's physical GPU, when CUDA exists
 
 Store keys (values are ASCII; JSON where structured)::
@@ -245,6 +248,8 @@ class WorkerEnv:
     seed: int = 0
     verify: bool = False
     inspect: bool = False
+    device_type: str = ""  # empty: the device's own name (coddl.elastic.group.device_name)
+    device_speed: float = 1.0
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> WorkerEnv:
@@ -262,6 +267,8 @@ class WorkerEnv:
             seed=int(environ.get("CODDL_SEED", "0")),
             verify=environ.get("CODDL_VERIFY", "") == "1",
             inspect=environ.get("CODDL_INSPECT", "") == "1",
+            device_type=environ.get("CODDL_DEVICE_TYPE", ""),
+            device_speed=_positive(environ.get("CODDL_DEVICE_SPEED", "1")),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -283,7 +290,19 @@ class WorkerEnv:
             env["CODDL_STORE_KEY"] = self.store_key.hex()
         if self.job_dir is not None:
             env["CODDL_JOB_DIR"] = str(self.job_dir)
+        if self.device_type:
+            env["CODDL_DEVICE_TYPE"] = self.device_type
+            env["CODDL_DEVICE_SPEED"] = repr(self.device_speed)
         return env
+
+
+def _positive(raw: str) -> float:
+    """A relative speed; anything that is not a finite number > 0 counts as 1 (unknown)."""
+    try:
+        v = float(raw)
+    except ValueError:
+        return 1.0
+    return v if math.isfinite(v) and v > 0 else 1.0
 
 
 def split_addr(addr: str) -> tuple[str, int]:

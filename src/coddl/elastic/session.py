@@ -40,6 +40,7 @@ from torch.utils._pytree import tree_map
 from torch.utils.data import default_collate
 
 from coddl.elastic import group, state
+from coddl.elastic.balance import Balancer, RankInfo, type_key
 from coddl.elastic.coordinator import Coordinator
 from coddl.elastic.data import BatchRule, Samples, SampleOrder, local_range
 from coddl.elastic.failure import ScriptMistake
@@ -168,6 +169,8 @@ class Session:
         self._carry: _Carry | None = None
         self._rule: BatchRule | None = None
         self._hook: Any = None
+        self._balance = Balancer.alone()  # how the global batch is cut between the ranks (see _sync)
+        self._device_key = type_key(env.device_type or group.device_name(self.device))
 
     # ---- context ---------------------------------------------------------------------------------
 
@@ -280,7 +283,7 @@ class Session:
                 break
             self._global_batch = rule.global_size(self.world_size)
             batch = order.take(self._counters.position, self._global_batch, epochs)
-            mine = batch.slice(*local_range(len(batch), self.world_size, self._rank))
+            mine = batch.slice(*self._balance.slice(len(batch), self._rank))
             if len(mine) == 0:  # a final, truncated batch smaller than the world: contribute nothing
                 self._pending = _Pending(mine, len(batch), mine)
                 self._last_samples = mine
@@ -327,8 +330,11 @@ class Session:
         newest = self._store.add(GENERATION_KEY, 0) if self._rank == 0 else 0
         check = self._counters.step % REPLICA_CHECK_STEPS == 0
         digest = self._replica_digest() if check else 0
-        control = torch.tensor([loss_sum, loss_weight, newest, digest,
-                                digest * digest], dtype=torch.float64, device=self.device)
+        timed = [0.0] * (self.world_size if self._balance.active else 0)  # this step's seconds per sample
+        if timed and carry is None and len(pending.samples):  # a whole local batch (not micro-batches)
+            timed[self._rank] = (entered - pending.handed_at) / len(pending.samples)
+        control = torch.tensor([loss_sum, loss_weight, newest, digest, digest * digest, *timed],
+                               dtype=torch.float64, device=self.device)
         buckets = self._gradient_buckets(weight)
         if carry is not None:
             for (flat, _), kept in zip(buckets, carry.flats):
@@ -343,7 +349,7 @@ class Session:
             self._recover(works)
             return False
         waited = time.perf_counter() - waiting
-        loss_sum, loss_weight, target, digests, squares = control.tolist()
+        loss_sum, loss_weight, target, digests, squares, *timed = control.tolist()
         if check and self.world_size * int(squares) != int(digests) ** 2:  # equal iff every rank's digest is
             raise ScriptMistake(
                 f"the replicas' parameters differ at step {self._counters.step}: the script changes them outside "
@@ -363,6 +369,7 @@ class Session:
         self._counters.position = self._counters.position.advanced(pending.global_size, self._dataset_len)
         self._has_state = self._clean = True
         self._last_samples = pending.whole
+        self._balance.observe(timed, pending.global_size)
         if probe is not None:
             probe.overheads.append(time.perf_counter() - entered - waited)
         if self._inspecting is not None and self._counters.step >= INSPECT_STEPS:
@@ -377,6 +384,7 @@ class Session:
     def _enter(self, generation: int) -> None:
         """Join ``generation`` (or leave, if not a member); on a failure during the join, wait for the
         coordinator's next membership and join that one instead."""
+        carried = self._balance.known(self._rank) if self._rank < len(self._balance.ranks) else 0.0
         while True:
             self._membership = Membership.loads(self._store.get(membership_key(generation)))
             if self._env.worker_id not in self._membership.members:
@@ -386,7 +394,7 @@ class Session:
             try:
                 group.form(self._store, generation, self._rank, self.world_size, self._backend,
                            self._env.pg_timeout_s)
-                self._sync()
+                self._sync(carried)
             except (group.CollectiveFailed, dist.DistError):
                 group.dissolve(pending=[])
                 self._clean = False
@@ -457,8 +465,10 @@ class Session:
             self._seen_failure[newest] = m.reason in (REASON_FAILURE, REASON_RESTART)
         return self._seen_failure[newest]
 
-    def _sync(self) -> None:
-        """Make every rank's state identical, copying only to the ranks that need it.
+    def _sync(self, carried_s_per_sample: float) -> None:
+        """Make every rank's state identical, copying only to the ranks that need it, and agree on how
+        the global batch is cut (``coddl.elastic.balance``: each rank's device type and what it
+        measured before, ``carried_s_per_sample``, travel in the same all-gather).
 
         All ranks share (has state, clean, step). Clean holders at one step (the survivors of a planned
         resize) are consistent: each newcomer gets the state from one of them, several copies running in
@@ -467,10 +477,13 @@ class Session:
         to everyone else; if nobody holds state, rank 0 loads the checkpoint (or keeps the seeded
         initial model) and sends that.
         """
-        mine = torch.tensor([int(self._has_state), int(self._clean), self._counters.step], device=self.device)
+        brings = RankInfo(self._device_key, self._env.device_speed, carried_s_per_sample)
+        mine = torch.tensor([int(self._has_state), int(self._clean), self._counters.step, *brings.row()],
+                            dtype=torch.float64, device=self.device)
         rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
         dist.all_gather(rows, mine)
-        table = [r.tolist() for r in rows]
+        table = [[int(x) for x in r[:3].tolist()] for r in rows]
+        self._balance = Balancer(tuple(RankInfo.from_row(r[3:].tolist()) for r in rows))
         holders = [r for r, (has, _, _) in enumerate(table) if has]
         consistent = all(table[r][1] for r in holders) and len({table[r][2] for r in holders}) == 1
         if not holders:

@@ -236,7 +236,7 @@ class ElasticExecutor:
             job_id=job_id, entry=launch.entry, job_dir=launch.job_dir, args=launch.args, env=dict(launch.env),
             pg_timeout_s=s.pg_timeout_s, checkpoint_s=s.checkpoint_s, report_s=s.report_s,
             max_restarts=s.max_restarts, start_timeout_s=s.start_timeout_s, host=self._host, threads=s.threads,
-            confinement=confinement,
+            confinement=confinement, device_of_slot=device_of_gpu(self.cluster),
         )
         r = _Running(ElasticJob(config, self._launcher))
         self._jobs[job_id] = r
@@ -417,6 +417,16 @@ class _Guarded:
     def listen_in_network(self, key: str, host: str) -> socket.socket | None:
         listen = getattr(self.launcher, "listen_in_network", None)
         return listen(key, host) if listen is not None else None
+
+
+def device_of_gpu(cluster: Cluster) -> dict[int, tuple[str, float]]:
+    """Each GPU's device type and its relative speed, as the cluster (spec) names them: a job whose
+    workers get more than one type balances its batch by speed (``coddl.elastic.balance``)."""
+    out: dict[int, tuple[str, float]] = {}
+    for gpu, node in enumerate(cluster.node_of_gpu.tolist()):
+        t = cluster.nodes[node].gpu_type
+        out[gpu] = (t, float(cluster.gpu_type_of(t).speed))
+    return out
 
 
 def local_pin(pids: dict[int, int], cores: tuple[int, ...], first_core: int = 0) -> None:
