@@ -259,15 +259,29 @@ def cluster_status(server: Optional[str] = ServerOpt, token: Optional[str] = Tok
 
 
 def demo(policy: str = typer.Option("afs-p", "--policy", help="scheduling policy"),
-         examples: Optional[Path] = typer.Option(None, "--examples", help="directory with train_mlp.py and train_cnn.py")) -> None:
+         examples: Optional[Path] = typer.Option(None, "--examples", help="directory with train_mlp.py and train_cnn.py"),
+         nodes: int = typer.Option(1, "--nodes", min=1, help="2 or more: on a multi-node Ray testbed on this machine "
+                                                            "(root; coddl testbed), 2 slots per node"),
+         bandwidth: str = typer.Option("200mbit", "--bandwidth", help="with --nodes: each node's link rate (tc units)"),
+         ray_address: Optional[str] = typer.Option(None, "--ray-address", help="run on this Ray cluster (HOST:PORT) "
+                                                                               "with the Ray executor, from one of its nodes")) -> None:
     """Six real training jobs on 4 logical GPUs, re-divided live as they arrive and finish (< 3 min)."""
-    from coddl.policies.registry import PolicySpecError
-    from coddl.runtime.demo import run_demo, summary
+    from coddl.policies.registry import PolicySpecError, make_policy
+    from coddl.runtime.demo import run_demo, run_on_testbed, summary
     from coddl.runtime.errors import ConfigError
+    from coddl.runtime.testbed.netns import TestbedError
 
     try:
-        result = run_demo(console, policy=policy, examples=examples)
-    except (ConfigError, PolicySpecError) as e:
+        if nodes > 1:
+            if ray_address:
+                raise ConfigError("--nodes builds its own Ray cluster: give --nodes or --ray-address, not both")
+            make_policy(policy)  # a bad policy fails here, before a testbed is built
+            code = run_on_testbed(console, nodes, bandwidth, policy, examples)
+            if code:
+                raise typer.Exit(code)
+            return
+        result = run_demo(console, policy=policy, examples=examples, ray_address=ray_address)
+    except (ConfigError, PolicySpecError, TestbedError, ValueError) as e:
         raise fail(str(e)) from None
     console.print(summary(result))
 
