@@ -12,6 +12,7 @@ from rich.table import Table
 from coddl.cli.console import stdout_console
 from coddl.cli.errors import fail, user_errors
 from coddl.policies.registry import make_policy, split_policy_list
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 app = typer.Typer(no_args_is_help=True)
 console = stdout_console()
@@ -28,13 +29,28 @@ def _policies_and_seeds(policies: str | None, default: list[str], seeds: str) ->
         raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
 
 
+RayAddressOpt = typer.Option(None, "--ray-address", help="HOST:PORT of a Ray cluster to run the grid on, one task per "
+                                                        "run (its nodes need coddl, same version); default: "
+                                                        "this machine's cores")
+RayTimeoutOpt = typer.Option(DEFAULT_CONNECT_TIMEOUT_S, "--ray-connect-timeout-s",
+                             help="give up on an unreachable Ray address after this long")
+
+
 def _run_with_progress(run_all, groups: list[str], seeds: list[int], pols: list[str], jobs: int | None,
                        workers: int | None, label, **kw) -> list:
+    """``run_all`` under a progress bar. A Ray address that cannot be joined, or a run that failed on
+    every try there, is one line and exit 2 (both are ConfigError or RunFailed, with their reason)."""
+    from coddl.experiments.ray_grid import RunFailed
+    from coddl.runtime.errors import ConfigError
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         task = bar.add_task("simulations", total=len(groups) * len(seeds) * len(pols))
-        return run_all(groups, seeds, pols, jobs, workers,
-                       on_done=lambda r: bar.update(task, advance=1, description=label(r)), **kw)
+        try:
+            return run_all(groups, seeds, pols, jobs, workers,
+                           on_done=lambda r: bar.update(task, advance=1, description=label(r)), **kw)
+        except (ConfigError, RunFailed) as e:
+            raise fail(str(e)) from None
 
 
 @app.command("coddl-nsdi21")
@@ -48,6 +64,8 @@ def coddl_nsdi21(
     workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
     exact: bool = typer.Option(False, help="follow the CoDDL authors' simulator rule by rule: their model draw "
                                            "(seed 0 per VC) and their policy variants (README)"),
+    ray_address: Optional[str] = RayAddressOpt,
+    ray_connect_timeout_s: float = RayTimeoutOpt,
 ) -> None:
     """The CoDDL paper's comparison: Philly VCs on 64 GPUs, zero reconfiguration cost."""
     from coddl.experiments import coddl_nsdi21 as exp
@@ -60,7 +78,8 @@ def coddl_nsdi21(
             if v not in valid:
                 raise fail(f"--vcs: unknown virtual cluster {v!r}; valid: {', '.join(valid)}")
         runs = _run_with_progress(exp.run_all, vc_list, seed_list, pols, jobs, workers,
-                                  lambda r: f"{r.vc} {r.policy}", exact=exact)
+                                  lambda r: f"{r.vc} {r.policy}", exact=exact, ray_address=ray_address,
+                                  ray_connect_timeout_s=ray_connect_timeout_s)
         skipped = {r.vc: r.skipped for r in runs if r.skipped}
         if skipped:
             console.print("jobs not simulated (larger than 64 GPUs, or the model draw's rules; "
@@ -87,6 +106,8 @@ def aiturbo(
     policies: Optional[str] = typer.Option(None, help="policies to compare; default: AITurbo (unified and "
                                                      "GPU-proportional cores) and the registered baselines"),
     workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
+    ray_address: Optional[str] = RayAddressOpt,
+    ray_connect_timeout_s: float = RayTimeoutOpt,
 ) -> None:
     """AITurbo's comparison: three production traces on 64 GPUs whose nodes have 24 or 48 cores,
     with CPU-sensitive throughput (Synergy)."""
@@ -100,7 +121,8 @@ def aiturbo(
                 raise fail(f"--traces: unknown trace {t!r}; valid: {', '.join(exp.TRACES)}")
         reference = next((p for p in pols if p.split(":")[0] == "aiturbo"), pols[0])
         runs = _run_with_progress(exp.run_all, trace_list, seed_list, pols, jobs, workers,
-                                  lambda r: f"{r.trace} {r.policy}")
+                                  lambda r: f"{r.trace} {r.policy}", ray_address=ray_address,
+                                  ray_connect_timeout_s=ray_connect_timeout_s)
         rows = exp.table(runs, reference)
         t = Table(title=f"avg JCT per trace; ratio = policy ÷ {reference}")
         for c in ("trace", "policy", "avg JCT (h)", "makespan (h)", "GPU util", "CPU util", "÷ AITurbo"):

@@ -47,6 +47,7 @@ from coddl.perf.curves import CurveTable, data_path
 from coddl.perf.estimator import Estimator
 from coddl.perf.jobmodel import JobModel, Prior
 from coddl.experiments.grid import registered, run_grid
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 from coddl.scheduler import Scheduler
 
 # AITurbo may give a job up to the CPU-rich nodes' 6 cores per GPU; "unified=false" is the same
@@ -174,8 +175,11 @@ def default_policies() -> list[str]:
 
 
 def run_all(traces: list[str], seeds: list[int], policies: list[str], jobs: int | None,
-            workers: int | None = None, on_done: Callable[[Run], None] | None = None) -> list[Run]:
-    return run_grid(_one, traces, seeds, policies, jobs, workers, on_done)
+            workers: int | None = None, on_done: Callable[[Run], None] | None = None, ray_address: str | None = None,
+            ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[Run]:
+    """The grid's runs in grid order, on this machine's cores or on the Ray cluster at ``ray_address``."""
+    return run_grid(_one, traces, seeds, policies, jobs, workers, on_done, ray_address,
+                    ray_connect_timeout_s)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 
 from coddl.experiments.grid import registered, run_grid
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 DEFAULT_POLICIES = ("afs-l", "afs-p", "fifo", "srtf", "srsf", "tiresias-l:preset=coddl", "optimus",
                     "max-min", "themis")
@@ -85,8 +86,11 @@ def one(vc: str, seed: int, policy: str, jobs: int | None, exact: bool = False) 
 
 def run_all(vcs: list[str], seeds: list[int], policies: list[str], jobs: int | None,
             workers: int | None = None, on_done: Callable[[Run], None] | None = None, *,
-            exact: bool = False) -> list[Run]:
-    return run_grid(partial(one, exact=exact), vcs, seeds, policies, jobs, workers, on_done)
+            exact: bool = False, ray_address: str | None = None,
+            ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[Run]:
+    """The grid's runs in grid order, on this machine's cores or on the Ray cluster at ``ray_address``."""
+    return run_grid(partial(one, exact=exact), vcs, seeds, policies, jobs, workers, on_done, ray_address,
+                    ray_connect_timeout_s)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""What every experiment shares: a grid of independent simulations spread over a process pool."""
+"""What every experiment shares: a grid of independent simulations spread over a process pool, or
+over a Ray cluster's nodes (``ray_grid``)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Sequence, TypeVar
 
 from coddl.policies.registry import available
+from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 R = TypeVar("R")
+Task = tuple[str, int, str]  # (group, seed, policy)
 
 
 def registered(policies: Sequence[str]) -> list[str]:
@@ -19,15 +22,29 @@ def registered(policies: Sequence[str]) -> list[str]:
 
 def run_grid(one: Callable[[str, int, str, int | None], R], groups: list[str], seeds: list[int],
              policies: list[str], jobs: int | None, workers: int | None = None,
-             on_done: Callable[[R], None] | None = None) -> list[R]:
-    """``one(group, seed, policy, jobs)`` for every combination, one process per core; results come
-    back in grid order (group, seed, policy). ``on_done`` sees each result as it finishes."""
+             on_done: Callable[[R], None] | None = None, ray_address: str | None = None,
+             ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> list[R]:
+    """``one(group, seed, policy, jobs)`` for every combination, one process per core (or one Ray task
+    each on the cluster at ``ray_address``); results come back in grid order (group, seed, policy), so
+    what is written from them does not depend on which finished first. ``on_done`` sees each result
+    as it finishes."""
     tasks = [(g, s, p) for g in groups for s in seeds for p in policies]
-    out: dict[tuple[str, int, str], R] = {}
+    if ray_address:
+        from coddl.experiments.ray_grid import run_on_ray
+
+        out = run_on_ray(one, tasks, jobs, ray_address, ray_connect_timeout_s, on_done)
+    else:
+        out = _run_local(one, tasks, jobs, workers, on_done)
+    return [out[t] for t in tasks]
+
+
+def _run_local(one: Callable[[str, int, str, int | None], R], tasks: list[Task], jobs: int | None,
+               workers: int | None, on_done: Callable[[R], None] | None) -> dict[Task, R]:
+    out: dict[Task, R] = {}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futs = {pool.submit(one, g, s, p, jobs): (g, s, p) for g, s, p in tasks}
         for f in as_completed(futs):
             out[futs[f]] = r = f.result()
             if on_done:
                 on_done(r)
-    return [out[t] for t in tasks]
+    return out
