@@ -6,18 +6,13 @@ cluster's token refused with one line."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-from pathlib import Path
 
 import pytest
+from ray_cluster import loopback_cluster
 from runtime_live import Server, netns_alive, tiny_job, wait_for
 from test_command_jobs import assert_own_network, command_job, reaches_store, starts
 
@@ -26,30 +21,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    temp = tempfile.mkdtemp(prefix="cr", dir="/tmp")  # Ray's socket paths must stay short
-    ray_env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16),
-               "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp}
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ray_cluster.py"))], env={**os.environ, **ray_env},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
-    timer = threading.Timer(180, proc.kill)
-    timer.start()
-    address = proc.stdout.readline().strip()
-    timer.cancel()
-    try:
-        assert address.startswith("127.0.0.1:"), "the Ray cluster did not start"
-        yield address, ray_env
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        shutil.rmtree(temp, ignore_errors=True)
+    with loopback_cluster({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,10 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -23,59 +18,13 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-CLUSTER_SCRIPT = Path(__file__).resolve().parents[1] / "runtime" / "ray_cluster.py"
-
-
-def _ray_processes(temp: str) -> list[int]:
-    """Processes whose command line names this cluster's Ray directory (its GCS, raylets, workers)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and temp in (d / "cmdline").read_bytes().decode(errors="replace"):
-                pids.append(int(d.name))
-        except OSError:  # gone meanwhile
-            pass
-    return pids
-
-
-@contextmanager
-def ray_cluster(start_s: float = 180) -> Iterator[tuple[str, dict[str, str]]]:
-    """A two-node Ray cluster on loopback: its address and the environment a driver needs for it.
-    Shut down on leaving, and whatever of it is still running then is killed (AssertionError if
-    anything was left once its script had stopped)."""
-    temp = tempfile.mkdtemp(prefix="crs", dir="/tmp")  # Ray's socket paths must stay short
-    env = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": temp}
-    proc = subprocess.Popen([sys.executable, str(CLUSTER_SCRIPT)], env={**os.environ, **env}, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    timer = threading.Timer(start_s, proc.kill)
-    timer.start()
-    address = proc.stdout.readline().strip()
-    timer.cancel()
-    left: list[int] = []
-    try:
-        assert address.startswith("127.0.0.1:"), "the Ray cluster did not start"
-        yield address, env
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        deadline = time.monotonic() + 20
-        while (left := _ray_processes(temp)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        for pid in [proc.pid, *left]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp, ignore_errors=True)
-    assert not left, f"Ray processes left running after the cluster's shutdown: {left}"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+from ray_cluster import loopback_cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[str, dict[str, str]]]:
-    with ray_cluster() as c:
+    with loopback_cluster() as c:
         yield c
 
 
