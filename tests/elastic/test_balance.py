@@ -96,3 +96,59 @@ def test_any_measurements_keep_a_partition(ranks, steps, total) -> None:
         assert slices[0][0] == 0 and slices[-1][1] == total
         assert all(a[1] == c[0] for a, c in zip(slices, slices[1:]))
         assert all(math.isfinite(w) and w > 0 for w in b.weights)
+
+
+def test_the_largest_remainder_gets_the_spare_sample() -> None:
+    # 8 spare for 2 : 1 is 5.33 / 2.67: the one left over goes to rank 1 (remainder .67), not rank 0
+    assert apportion(10, [2.0, 1.0]) == [6, 4]
+    assert apportion(10, [1.0, 2.0]) == [4, 6]
+
+
+def test_measurements_are_smoothed_hand_computed() -> None:
+    b = Balancer((RankInfo(FAST, 1.0), RankInfo(SLOW, 1.0)), tolerance=10.0)  # never re-split: only the times
+    for _ in range(WARMUP_STEPS):
+        b.observe([0.5, 0.5], 48)
+    b.observe([0.002, 0.004], 48)  # the first counted measurement is taken as it is
+    assert b.times == [0.002, 0.004]
+    b.observe([0.004, 0.0], 48)  # 0.7 × 0.002 + 0.3 × 0.004; rank 1 timed nothing
+    assert math.isclose(b.times[0], 0.0026) and b.times[1] == 0.004
+    b.observe([0.0, 0.001], 48)  # a rank that timed nothing does not stop the ranks after it
+    assert math.isclose(b.times[0], 0.0026) and math.isclose(b.times[1], 0.7 * 0.004 + 0.3 * 0.001)
+
+
+def test_each_rank_keeps_its_own_carried_time() -> None:
+    # two slow ranks that measured differently (one sat on a busier host) keep their own times
+    b = Balancer((RankInfo(FAST, 1.0, 0.001), RankInfo(SLOW, 1.0, 0.002), RankInfo(SLOW, 1.0, 0.004)))
+    assert b.times == [0.001, 0.002, 0.004]
+    assert apportion(48, b.weights) == apportion(48, [4.0, 2.0, 1.0]) == [27, 14, 7]
+
+
+def test_unusable_prior_speeds_count_as_one() -> None:
+    b = Balancer((RankInfo(FAST, 0.0), RankInfo(SLOW, -2.0), RankInfo(7, float("nan")), RankInfo(8, 3.0),
+                  RankInfo(9, 0.5)))
+    assert b.weights == [1.0, 1.0, 1.0, 3.0, 0.5]
+
+
+def test_a_newcomer_takes_its_types_time_from_whichever_rank_measured_it() -> None:
+    b = Balancer((RankInfo(SLOW, 1.0, 0.0), RankInfo(SLOW, 1.0, 0.003), RankInfo(FAST, 1.0, 0.001)))
+    assert b.times == [0.003, 0.003, 0.001]
+
+
+def test_an_impossibly_short_carried_time_is_clamped() -> None:
+    b = Balancer((RankInfo(FAST, 1.0, 1e-300), RankInfo(SLOW, 1.0, 0.002)))
+    assert b.times == [1e-9, 0.002] and all(math.isfinite(w) for w in b.weights)
+
+
+def test_one_type_carries_nothing_forward() -> None:
+    b = Balancer((RankInfo(FAST, 1.0, 0.002), RankInfo(FAST, 1.0, 0.003)))
+    assert not b.active and b.known(0) == b.known(1) == 0.0
+
+
+def test_rank_rows_round_trip_exactly_in_float64() -> None:
+    for name in ("cpu", "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-16GB", ""):
+        k = type_key(name)
+        assert 0 <= k < 2**31 and float(k) == k
+    assert len({type_key(n) for n in ("cpu", "a", "b", "NVIDIA H100 80GB HBM3")}) == 4
+    info = RankInfo(type_key("NVIDIA H100 80GB HBM3"), 2.5, 0.00125)
+    assert RankInfo.from_row(info.row()) == info
+    assert Balancer.alone().ranks == (RankInfo(0, 1.0),) and not Balancer.alone().active
