@@ -113,3 +113,23 @@ def test_jobs_larger_than_the_cluster_are_named_before_simulating_and_skipped(tm
                    "--policies", "fifo", "--oversized", "fail")
     assert failed.returncode == 2 and len(failed.stderr.strip().splitlines()) == 1
     assert "3 jobs need more GPUs than the cluster has (8): philly-32961 (16)" in failed.stderr
+
+
+def test_summary_has_fairness_columns_in_range(tmp_path):
+    # the first 60 Philly jobs of every VC: the trace names no users, so Jain's index is over its 8 VCs
+    out = tmp_path / "fair"
+    r = coddl("simulate", "--trace", "philly", "--jobs", "60", "--gpus", "16",
+              "--policies", "fifo,afs-p", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "mean ρ" in r.stdout and "ρ > 1.5" in r.stdout and "Jain (groups)" in r.stdout
+    assert "over 8 groups (the trace names no users" in r.stdout
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert [x["policy"] for x in rows] == ["fifo", "afs-p"]
+    for row in rows:
+        mean, top = float(row["mean_rho"]), float(row["max_rho"])
+        assert 0 < mean <= top < float("inf")
+        assert 0 <= float(row["share_rho_over_1_5"]) <= float(row["share_rho_over_1"]) <= 1
+        assert 1 / 8 <= float(row["jain_users"]) <= 1 and row["fairness_groups"] == "group"
+        rho = [float(j["rho"]) for j in csv.DictReader(open(out / f"jobs-{row['policy']}.csv"))]
+        assert len(rho) == 60
+        assert (sum(rho) / 60, max(rho)) == pytest.approx((mean, top), abs=1e-4)

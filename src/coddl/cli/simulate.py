@@ -13,7 +13,7 @@ from coddl.cli.console import stdout_console
 from coddl.cli.errors import user_errors
 from coddl.policies.registry import split_policy_list
 from coddl.sim.config import SimConfig
-from coddl.sim.metrics import Summary, summarise
+from coddl.sim.metrics import Summary, fairness_groups, summarise
 from coddl.sim.report import write_report, write_skipped
 from coddl.sim.run import Prepared, prepare, queued_label, run_policy
 
@@ -25,19 +25,36 @@ def hours(s: float) -> str:
 
 
 def summary_table(summaries: list[Summary], title: str) -> Table:
+    """The comparison; its fairness columns (mean ρ, share of jobs with ρ > 1.5, Jain's index over
+    users or groups) only when the summaries have them (``summarise`` given the curves)."""
     t = Table(title=title)
+    fair = next((s.fairness_groups for s in summaries if s.fairness_groups), "")
     cols = ["policy", "jobs", "avg JCT (h)", "median JCT (h)", "p95 JCT (h)", "makespan (h)",
-            "avg queueing (h)", "GPU util", "CPU util", "reconfigs", "fragmentation", "sim wall (s)"]
-    for col in cols:
+            "avg queueing (h)", "GPU util", "CPU util", "reconfigs", "fragmentation"]
+    if fair:
+        cols += ["mean ρ", "ρ > 1.5", f"Jain ({fair}s)"]
+    for col in [*cols, "sim wall (s)"]:
         t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
     best = min(s.avg_jct for s in summaries)
     for s in summaries:
         style = "bold green" if s.avg_jct == best else None
         cells = [s.policy, str(s.jobs), hours(s.avg_jct), hours(s.median_jct), hours(s.p95_jct),
                  hours(s.makespan), hours(s.avg_queueing_delay), f"{s.gpu_utilisation:.1%}",
-                 f"{s.cpu_utilisation:.1%}", str(s.reconfigurations), f"{s.fragmentation:.1%}", f"{s.wall_s:.1f}"]
-        t.add_row(*cells, style=style)
+                 f"{s.cpu_utilisation:.1%}", str(s.reconfigurations), f"{s.fragmentation:.1%}"]
+        if fair:
+            cells += [f"{s.mean_rho:.2f}", f"{s.share_rho_over_1_5:.1%}", f"{s.jain_users:.3f}"]
+        t.add_row(*cells, f"{s.wall_s:.1f}", style=style)
     return t
+
+
+def fairness_line(results: dict) -> str:
+    """What the fairness columns measure, and over which users or groups Jain's index is taken."""
+    kind, groups = fairness_groups(next(iter(results.values())))
+    n = len(set(groups))
+    over = (f"{n} user{'s' if n != 1 else ''}" if kind == "user" else
+            f"{n} group{'s' if n != 1 else ''} (the trace names no users: its groups / VCs)")
+    return (f"ρ = JCT ÷ the job's time alone on its equal share of the cluster (Themis); "
+            f"Jain's index of mean ρ over {over}")
 
 
 def simulate_cmd(
@@ -101,13 +118,15 @@ def simulate_cmd(
                                  progress=lambda done, _t=task: bar.update(_t, completed=done))
                 results[res.policy] = res
                 bar.update(task, completed=n)
-        summaries = [summarise(r) for r in results.values()]
+        summaries = [summarise(r, prep.curves) for r in results.values()]
         console.print(summary_table(summaries, f"{cfg.trace} on {prep.cluster.total_gpus} GPUs"))
+        if any(r.records for r in results.values()):
+            console.print(fairness_line(results), highlight=False, markup=False)
         per_queue = queue_results(prep, results) if prep.queues else {}
         if per_queue:
             console.print(queue_table(per_queue, f"per queue ({cfg.queues})"))
         if out is not None:
-            files = write_report(out, summaries, results)
+            files = write_report(out, summaries, results, prep.curves)
             if per_queue:
                 files.append(write_queue_csv(out, per_queue))
             (out / "config.json").write_text(cfg.to_json() + "\n")

@@ -21,7 +21,7 @@ import numpy as np
 from coddl.core.table import JobRecord
 from coddl.sim.config import SimConfig
 from coddl.sim.engine import SimResult
-from coddl.sim.metrics import Summary, summarise
+from coddl.sim.metrics import Summary, jain_index, summarise
 from coddl.policies.registry import make_policy
 from coddl.queues.report import QueueStats, queue_stats
 from coddl.sim.run import Prepared, prepare, queued_label, run_policy
@@ -169,8 +169,7 @@ def fairness(teams: dict[str, dict[str, TeamStats]], runs: list[str]) -> list[Fa
     for run in runs:
         change = {t: s[run].avg_jct / s[RECORDED].avg_jct - 1.0 for t, s in teams.items()}
         worst = max(change, key=lambda t: (change[t], t))
-        slow = np.array([s[run].mean_slowdown for s in teams.values()])
-        jain = float(slow.sum() ** 2 / (len(slow) * (slow ** 2).sum()))
+        jain = jain_index([s[run].mean_slowdown for s in teams.values()])
         out.append(Fairness(run, sum(c < -SAME for c in change.values()), sum(c > SAME for c in change.values()),
                             worst, change[worst], jain))
     return out

@@ -11,11 +11,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from coddl.perf.curves import CurveTable  # noqa: E402
 from coddl.sim.engine import SimResult  # noqa: E402
-from coddl.sim.metrics import Summary  # noqa: E402
+from coddl.sim.metrics import Summary, finish_time_fairness  # noqa: E402
 
+# rho: the job's finish-time fairness (sim.metrics), empty when the run was written without curves
 JOB_COLUMNS = ("job_id", "user", "model", "arrival", "requested_gpus", "duration", "total_work",
-               "first_start", "finish", "jct", "queueing_delay", "attained_gpu_s", "resizes", "status")
+               "first_start", "finish", "jct", "queueing_delay", "attained_gpu_s", "resizes", "status", "rho")
 
 
 def safe_name(policy: str) -> str:
@@ -30,7 +32,9 @@ def write_summary(path: Path, summaries: list[Summary]) -> None:
             w.writerow(s.row())
 
 
-def write_jobs(path: Path, res: SimResult) -> None:
+def write_jobs(path: Path, res: SimResult, curves: CurveTable | None = None) -> None:
+    rho = dict(zip((r.spec.job_id for r in res.records), finish_time_fairness(res, curves))) \
+        if curves is not None and res.records else {}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(JOB_COLUMNS)
@@ -39,7 +43,8 @@ def write_jobs(path: Path, res: SimResult) -> None:
             w.writerow([s.job_id, s.user, s.model, f"{s.arrival:.3f}", s.requested_gpus,
                         "" if s.duration is None else f"{s.duration:.3f}", f"{s.total_work:.6g}",
                         f"{r.first_start:.3f}", f"{r.finish:.3f}", f"{r.jct:.3f}", f"{r.queueing_delay:.3f}",
-                        f"{r.attained_service:.3f}", r.resizes, r.status])
+                        f"{r.attained_service:.3f}", r.resizes, r.status,
+                        f"{rho[s.job_id]:.4f}" if s.job_id in rho else ""])
 
 
 def write_skipped(out: Path, skipped: list) -> Path:
@@ -140,13 +145,15 @@ def plot_allocations(path: Path, results: dict[str, SimResult], max_jobs: int = 
     plt.close(fig)
 
 
-def write_report(out: Path, summaries: list[Summary], results: dict[str, SimResult]) -> list[Path]:
+def write_report(out: Path, summaries: list[Summary], results: dict[str, SimResult],
+                 curves: CurveTable | None = None) -> list[Path]:
+    """Every file of a run; with the workload's throughput ``curves``, each job's ρ too."""
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "summary.csv"]
     write_summary(files[0], summaries)
     for name, res in results.items():
         p = out / f"jobs-{safe_name(name)}.csv"
-        write_jobs(p, res)
+        write_jobs(p, res, curves)
         files.append(p)
     for fn, plot in (("jct_cdf.png", plot_jct_cdf), ("utilisation.png", plot_utilisation),
                      ("allocations.png", plot_allocations)):
