@@ -11,7 +11,6 @@ before exiting with status 2.
       intra_node_gbps: 100
       inter_node_gbps: 12.5
       two_node_factor: 1.6          # all-reduces across exactly two nodes take 1.6× (calibrated)
-      algorithm: ring               # across nodes: ring | hierarchical | tree | auto | flat (perf/fabric.py)
     nodes_per_switch: 4             # optional; default: one switch
     nodes:
       - {count: 8, gpu_type: V100, gpus: 8, cpus: 48, memory_gb: 512}
@@ -21,7 +20,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -69,7 +68,6 @@ class LinksSpec(_Strict):
     intra_node_latency_us: NonNegativeFloat = _LINKS.intra_node_latency_us
     inter_node_latency_us: NonNegativeFloat = _LINKS.inter_node_latency_us
     two_node_factor: PositiveFloat = _LINKS.two_node_factor
-    algorithm: Literal["ring", "hierarchical", "tree", "auto", "flat"] = "ring"
 
 
 class NodeGroupSpec(_Strict):

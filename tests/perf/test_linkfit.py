@@ -51,28 +51,3 @@ def test_noise_moves_the_fit_no_further_than_it_moves_the_times(bandwidth, laten
     links, _ = fit_links(samples)
     assert links.inter_node_gbps == pytest.approx(bandwidth / 1e9 / (1 + noise), rel=1e-5)
     assert links.inter_node_latency_us == pytest.approx(latency * 1e6 * (1 + noise), rel=1e-5, abs=1e-6)
-
-
-def flat_four_ranks(nbytes: int, bandwidth_bps: float, latency_s: float) -> float:
-    """2 + 2 ranks, flat: a ring's 2·3/4·M per rank, both ranks of a node through its NIC: 3M/B, 6 steps."""
-    return 3 * nbytes / bandwidth_bps + 6 * latency_s
-
-
-def ring_four_ranks(nbytes: int, bandwidth_bps: float, latency_s: float) -> float:
-    """2 + 2 ranks, ring: one ring edge leaves each node: 2·3/4·M = 1.5M/B, 6 steps."""
-    return 1.5 * nbytes / bandwidth_bps + 6 * latency_s
-
-
-@pytest.mark.parametrize("four, algorithm", [(flat_four_ranks, "flat"), (ring_four_ranks, "ring")])
-def test_two_ranks_per_node_tell_a_flat_collective_from_a_ring(four, algorithm):
-    samples = [AllreduceSample(m, 2, 2, 1, ring_two_ranks(m, 25e6, 400e-6)) for m in SIZES]
-    samples += [AllreduceSample(m, 4, 2, 2, four(m, 25e6, 400e-6)) for m in SIZES]
-    links, _ = fit_links(samples)
-    assert links.algorithm == algorithm
-    assert links.inter_node_gbps == pytest.approx(0.025, rel=1e-6)
-    assert links.inter_node_latency_us == pytest.approx(400, rel=1e-6)
-
-
-def test_one_rank_per_node_cannot_tell_and_stays_a_ring():
-    links, _ = fit_links([AllreduceSample(m, 2, 2, 1, ring_two_ranks(m, 25e6, 400e-6)) for m in SIZES])
-    assert links.algorithm == "ring"

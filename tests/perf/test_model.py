@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coddl.core.cluster import GpuType, LinkSpec
+from coddl.core.cluster import GpuType
 from coddl.perf.estimator import Estimator, JobBatch, Placement
 from coddl.perf.fabric import Fabric
 from coddl.perf.jobmodel import THETA_LOWER, THETA_UPPER, JobModel, Prior, Steps, gamma_of, step_model, theta_of
@@ -295,17 +295,3 @@ def test_a_batch_query_over_many_jobs_matches_one_job_at_a_time():
         one = est.rates(jobs[idx[i]], k[i:i + 1], n[i:i + 1], g[i:i + 1], b[i:i + 1])
         assert many.iterations_per_s[i] == pytest.approx(one.iterations_per_s[0])
         assert many.log_sd[i] == pytest.approx(one.log_sd[0])
-
-
-def test_flat_fabric_sends_every_ranks_share_through_the_nic():
-    """Hand-priced: 8 MB on 2 + 2 ranks; a ring moves 2·3/4·8 MB = 12 MB over the NIC, flat twice that
-    (both ranks of a node send their share), with the ring's 6 latency steps; one node: both are the ring."""
-    ring, flat = Fabric(algorithm="ring", bucket_mb=100), Fabric(algorithm="flat", bucket_mb=100)
-    assert ring.terms(8e6, 4, 2, 2)[0].tolist() == [0.0, 12e6, 0.0, 6.0]
-    assert flat.terms(8e6, 4, 2, 2)[0].tolist() == [0.0, 24e6, 0.0, 6.0]
-    assert flat.terms(8e6, 8, 2, 4)[0].tolist() == [0.0, 4 * 14e6, 0.0, 14.0]
-    assert flat.terms(8e6, 2, 2, 1)[0].tolist() == ring.terms(8e6, 2, 2, 1)[0].tolist()
-    assert flat.terms(8e6, 4, 1, 4)[0].tolist() == ring.terms(8e6, 4, 1, 4)[0].tolist() == [12e6, 0.0, 6.0, 0.0]
-    # a spec's links carry the algorithm into the fabric, and back
-    links = Fabric.of(LinkSpec(inter_node_gbps=0.025, algorithm="flat")).links()
-    assert links.algorithm == "flat" and Fabric.of(links).algorithm == "flat"

@@ -34,9 +34,6 @@ class LinkSpec:
     # All-reduce time × this when a job spans exactly two nodes. 1 = no effect; calibration finds it
     # where the fabric treats a two-node ring differently (Pollux's T4 testbed: ~1.5×, in every app).
     two_node_factor: float = 1.0
-    # How the cluster's communication library all-reduces across nodes (perf/fabric.py: ring,
-    # hierarchical, tree, auto, flat); `coddl cluster inspect` finds ring or flat from its measurements.
-    algorithm: str = "ring"
 
 
 @dataclass(frozen=True, slots=True)

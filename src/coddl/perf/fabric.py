@@ -16,12 +16,6 @@ cluster's communication library uses:
                   depth adds latency: 2(g−1)/g · M/B_intra + 2(g−1) L_intra + M/B_inter + 2⌈log2 n⌉ L_inter.
 ``auto``          the cheapest of the three for each message and placement — what NCCL's tuner
                   does — so a 2-node job can run rings while larger ones run trees.
-``flat``          a collective that ignores nodes: every rank's ring traffic crosses its node's NIC,
-                  so a node with g ranks sends g · 2(k−1)/k · M through it (and the latency steps of a
-                  ring). This is what gloo's CPU all-reduce measures between hosts (the two-node
-                  testbed: 2+2 ranks move 2.9 M across the link, 3+3 4.6 M, 4+4 6.5 M, where a ring
-                  would move 1.5–1.75 M); ``coddl cluster inspect`` tells it from a ring by timing an
-                  all-reduce with two ranks on each of two nodes. Inside one node it is the ring.
 
 Every step pays the latency once per gradient bucket (frameworks all-reduce gradients in buckets,
 PyTorch DDP 25 MB), so many small messages cost more than one large one of the same bytes.
@@ -40,8 +34,8 @@ import numpy as np
 
 from coddl.core.cluster import LinkSpec
 
-Algorithm = Literal["ring", "hierarchical", "tree", "auto", "flat"]
-ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical", "tree", "auto", "flat")
+Algorithm = Literal["ring", "hierarchical", "tree", "auto"]
+ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical", "tree", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +64,13 @@ class Fabric:
                 raise ValueError(f"fabric: {name} must be a non-negative number, got {v}")
 
     @staticmethod
-    def of(links: LinkSpec, algorithm: Algorithm | None = None, bucket_mb: float = 25.0) -> "Fabric":
-        """The fabric of a cluster's links, with their algorithm unless ``algorithm`` overrides it."""
+    def of(links: LinkSpec, algorithm: Algorithm = "ring", bucket_mb: float = 25.0) -> "Fabric":
         return Fabric(links.intra_node_gbps, links.inter_node_gbps, links.intra_node_latency_us,
-                      links.inter_node_latency_us, algorithm or links.algorithm, bucket_mb,  # type: ignore[arg-type]
-                      links.two_node_factor)
+                      links.inter_node_latency_us, algorithm, bucket_mb, links.two_node_factor)
 
     def links(self) -> LinkSpec:
         return LinkSpec(self.intra_gbps, self.inter_gbps, self.intra_latency_us, self.inter_latency_us,
-                        self.two_node_factor, self.algorithm)
+                        self.two_node_factor)
 
     @property
     def weights(self) -> np.ndarray:
@@ -128,12 +120,6 @@ def _ring(m: np.ndarray, k: np.ndarray, n: np.ndarray, g: np.ndarray, nb: np.nda
                      np.where(across, z, steps * nb), np.where(across, steps * nb, z)], axis=-1)
 
 
-def _flat(m: np.ndarray, k: np.ndarray, n: np.ndarray, g: np.ndarray, nb: np.ndarray) -> np.ndarray:
-    x = _ring(m, k, n, g, nb)
-    x[..., 1] *= np.where(n > 1, g, 1.0)  # every rank on the node sends its ring share through the NIC
-    return x
-
-
 def _intra(m: np.ndarray, g: np.ndarray, nb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     steps = 2.0 * (g - 1.0)
     return steps / np.maximum(g, 1.0) * m, steps * nb
@@ -152,4 +138,4 @@ def _tree(m: np.ndarray, k: np.ndarray, n: np.ndarray, g: np.ndarray, nb: np.nda
     return np.stack([vol, np.where(across, m, 0.0), steps, np.where(across, 2.0 * depth * nb, 0.0)], axis=-1)
 
 
-_TERMS = {"ring": _ring, "hierarchical": _hierarchical, "tree": _tree, "flat": _flat}
+_TERMS = {"ring": _ring, "hierarchical": _hierarchical, "tree": _tree}

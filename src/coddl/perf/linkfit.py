@@ -31,45 +31,28 @@ class AllreduceSample:
 
 
 def fit_links(samples: list[AllreduceSample], default: LinkSpec = LinkSpec()) -> tuple[LinkSpec, dict[str, bool]]:
-    """The link parameters that best fit ``samples``; a level with no samples keeps ``default``'s
-    values. Returns the links and which levels were measured.
-
-    Between nodes two algorithms are tried, a ring and ``flat`` (every rank's ring traffic crosses
-    its node's NIC, ``perf/fabric.py``), and the one whose fit leaves the smaller residual is kept.
-    They price a placement with one rank per node alike, so only samples with several ranks on a
-    node tell them apart; without such samples the links stay a ring."""
+    """The ring-priced link parameters that best fit ``samples``; a level with no samples keeps
+    ``default``'s values. Returns the links and which levels were measured."""
     if not samples:
         return default, {"intra": False, "inter": False}
     biggest = max(s.nbytes for s in samples) / 1e6
+    fabric = Fabric(algorithm="ring", bucket_mb=max(biggest, 1e-6))  # one all-reduce = one message
     cols = np.array([[s.nbytes, s.gpus, s.nodes, s.max_per_node] for s in samples], dtype=float)
+    x = fabric.terms(cols[:, 0], cols[:, 1], cols[:, 2], cols[:, 3])
     y = np.array([s.seconds for s in samples])
+    scale = 1.0 / y
     fitted = dict(intra_node_gbps=default.intra_node_gbps, inter_node_gbps=default.inter_node_gbps,
                   intra_node_latency_us=default.intra_node_latency_us,
                   inter_node_latency_us=default.inter_node_latency_us)
     measured = {}
-    algorithm = "ring"
     for level, (bw, lat) in (("intra", (0, 2)), ("inter", (1, 3))):
-        fits = []
-        for alg in ("ring", "flat") if level == "inter" else ("ring",):
-            x = Fabric(algorithm=alg, bucket_mb=max(biggest, 1e-6)).terms(*cols.T)  # one all-reduce = one message
-            rows = x[:, bw] > 0
-            if rows.any():
-                fits.append((*_fit_level(x[rows][:, [bw, lat]], y[rows]), alg))
-        measured[level] = bool(fits)
-        if not fits:
+        rows = x[:, bw] > 0
+        measured[level] = bool(rows.any())
+        if not rows.any():
             continue
-        residual, per_byte, latency, alg = min(fits, key=lambda f: f[0])
-        if level == "inter" and residual < fits[0][0] * (1 - 1e-9):  # flat only where it fits better
-            algorithm = alg
+        a = x[rows][:, [bw, lat]] * scale[rows, None]
+        w, _ = nnls(a, y[rows] * scale[rows])
+        per_byte = w[0] if w[0] > 0 else float(np.min(y[rows] / x[rows, bw]))  # all latency: bound it by the data
         fitted[f"{level}_node_gbps"] = float(1e-9 / per_byte)
-        fitted[f"{level}_node_latency_us"] = float(latency * 1e6)
-    return LinkSpec(**fitted, two_node_factor=default.two_node_factor, algorithm=algorithm), measured
-
-
-def _fit_level(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Seconds per byte and per latency step of one link level from its (bytes, steps) terms and the
-    measured seconds, weighted by 1/time; and the fit's residual."""
-    scale = 1.0 / y
-    w, residual = nnls(x * scale[:, None], y * scale)
-    per_byte = w[0] if w[0] > 0 else float(np.min(y / x[:, 0]))  # all latency: bound it by the data
-    return float(residual), float(per_byte), float(w[1])
+        fitted[f"{level}_node_latency_us"] = float(w[1] * 1e6)
+    return LinkSpec(**fitted, two_node_factor=default.two_node_factor), measured
