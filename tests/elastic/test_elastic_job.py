@@ -309,3 +309,17 @@ def test_ranks_of_two_device_types_split_the_batch_by_speed(tmp_path: Path, pool
     assert mixed["step"] == equal["step"] == 60 and mixed["samples"] == equal["samples"]
     for name, p in equal["model"].items():
         assert torch.allclose(mixed["model"][name], p, rtol=1e-4, atol=1e-5), name
+
+
+def test_ranks_follow_the_slots_not_the_order_workers_joined(tmp_path: Path, pool: WorkerPool) -> None:
+    """A ring all-reduce follows the ranks: grown from slots 0 and 2 onto 0-3, the job must run its
+    ring 0, 1, 2, 3 (one node's GPUs next to each other), not 0, 2, 1, 3 in the order workers came."""
+    with ElasticJob(config(tmp_path / "order", 40, verify=False), pool) as job:
+        job.start([0, 2])
+        wait_for_step(job, 5)
+        job.resize([0, 1, 2, 3])
+        assert job.poll().slots == (0, 1, 2, 3)
+        wait_for_generation(job, 2)
+        job.resize([3, 0])  # the caller's order is the rank order
+        assert job.poll().slots == (3, 0)
+        assert job.wait(60).phase is JobPhase.FINISHED

@@ -228,7 +228,12 @@ class ElasticJob(WorkerGroup):
                 self._leaving += leaving
                 self._slots = tuple(slots)
                 self._phase = JobPhase.RESIZING
-                membership = self._launch(keep + joiners, REASON_RESIZE, announce=not joiners)
+                # ranks in the order of the slots asked for (a node's GPUs are consecutive), never in the
+                # order workers joined: a ring all-reduce follows the ranks, and a job grown from 1+1 to
+                # 2+2 GPUs in join order (0, 4, 1, 5) would cross the link between the nodes at every hop
+                order = {s: i for i, s in enumerate(slots)}
+                members = sorted(keep + joiners, key=lambda w: order[w.slot])
+                membership = self._launch(members, REASON_RESIZE, announce=not joiners)
         if not keep:
             return self.restart(slots)
         if joiners:
