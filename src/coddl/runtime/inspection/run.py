@@ -1,11 +1,13 @@
 """``coddl cluster inspect``: measure a cluster's links and nodes through its executor, write a cluster spec.
 
 Ranks go where the executor would put workers: with the local executor, processes on this host;
-with the Ray executor, one Ray actor per rank pinned to a node of the cluster the Ray executor builds
-(the same nodes in the same order). Two ranks inside each node measure that node's link; the first
-rank of node 0 and of every other node measure the link between them. The measurements are fitted
-with the estimator's own all-reduce terms (``perf.linkfit``) and written as a cluster spec that
-``coddl cluster show`` prints and ``coddl server start --cluster`` plans on.
+with the Ray executor, processes on the nodes of the cluster the Ray executor builds (the same nodes in
+the same order), forked by one Ray actor per node pinned there; every node's actor starts at once. Two
+ranks inside each node measure that node's link; the first rank of node 0 and of every other node
+measure the link between them. The measurements are fitted with the estimator's own all-reduce terms
+(``perf.linkfit``) and written as a cluster spec that ``coddl cluster show`` prints and ``coddl server
+start --cluster`` plans on. Each step's seconds (``Phases``) go to the spec's header and the command's
+last line.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
 from coddl.core.cluster import LinkSpec
-from coddl.perf.linkfit import AllreduceSample, fit_links
 from coddl.runtime.errors import ConfigError
-from coddl.runtime.inspection.bench import run_rank
+from coddl.runtime.inspection.bench import ready, run_node
+from coddl.runtime.inspection.rendezvous import StoreServer
 
 DEFAULT_SIZES = (4 << 10, 256 << 10, 1 << 20, 4 << 20)
 
@@ -38,6 +39,7 @@ class Inspection:
     seconds: float
     executor: str
     extra: dict = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step (``Phases``), in order
 
     def spec(self) -> dict:
         """The cluster spec (the format ``coddl.clusterspec`` reads)."""
@@ -54,9 +56,14 @@ class Inspection:
                 "nodes": [{"gpu_type": n["device"], "gpus": n["slots"], "cpus": n["cores"], "memory_gb": n["memory_gb"]}
                           for n in self.nodes]}
 
+    def timing(self) -> str:
+        """``9.8 s: connect 1.2, ranks up 4.1, ...``: the whole and its steps."""
+        return f"{self.seconds:.1f} s" + (": " + ", ".join(f"{k} {v:.1f}" for k, v in self.phases.items())
+                                          if self.phases else "")
+
     def yaml(self) -> str:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        lines = [f"# coddl cluster inspect ({self.executor} executor), {when}, {self.seconds:.1f} s.",
+        lines = [f"# coddl cluster inspect ({self.executor} executor), {when}, {self.timing()}.",
                  "# Fastest gloo all-reduce seconds per message size, and the ring-priced fit of the links:"]
         for g in self.groups:
             times = ", ".join(f"{b} B {s:.3g} s" for b, s in g["seconds"].items())
@@ -81,8 +88,35 @@ def plan_groups(slots_per_node: list[int]) -> tuple[list[tuple[int, int]], list[
     return ranks, groups, kinds
 
 
+class Phases:
+    """How long each step of an inspection took, in order, each from the end of the one before."""
+
+    def __init__(self, since: float | None = None) -> None:
+        """``since``: when the command started (``time.time()``), to count its start-up; else now."""
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic() - (max(0.0, time.time() - since) if since is not None else 0.0)
+        if since is not None:
+            self.mark("start-up")
+
+    def mark(self, name: str, first: tuple[str, float] | None = None) -> None:
+        """End step ``name`` now; ``first``, a named part at its start that the ranks timed, is split off it."""
+        now = time.monotonic()
+        took, self._last = now - self._last, now
+        if first is not None:
+            part = min(took, first[1])
+            self.seconds[first[0]] = part
+            took -= part
+        self.seconds[name] = took
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
 def _assemble(executor: str, names: list[str], slots: list[int], ranks, groups, kinds, results: list[dict],
-              started: float) -> Inspection:
+              phases: Phases) -> Inspection:
+    from coddl.perf.linkfit import AllreduceSample, fit_links  # scipy: the callers import it while ranks start
+
     by_rank = {r["rank"]: r for r in results}
     nodes = []
     for i, name in enumerate(names):
@@ -98,63 +132,88 @@ def _assemble(executor: str, names: list[str], slots: list[int], ranks, groups, 
         for size, sec in seconds.items():
             samples.append(AllreduceSample(size, len(members), len(span), 2 if kind == "intra" else 1, sec))
     links, measured = fit_links(samples)
-    return Inspection(nodes, measured_groups, links, measured, time.monotonic() - started, executor)
+    phases.mark("fit")
+    return Inspection(nodes, measured_groups, links, measured, phases.total, executor, phases=dict(phases.seconds))
 
 
-def _store(host: str):  # noqa: ANN202 - a torch TCPStore
-    import torch.distributed as dist
-
-    return dist.TCPStore(host, 0, None, is_master=True, wait_for_workers=False,
-                         timeout=datetime.timedelta(seconds=60))
+def _node_ranks(ranks: list[tuple[int, int]], nodes: int) -> list[list[int]]:
+    """The ranks of each node, in order."""
+    return [[k for k, (node, _) in enumerate(ranks) if node == i] for i in range(nodes)]
 
 
-def inspect_local(slots: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5) -> Inspection:
+def _measured(results: list[list[dict]]) -> tuple[list[dict], tuple[str, float]]:
+    """The ranks' results of every node, and the longest any rank took to meet the others."""
+    flat = [r for node in results for r in node]
+    return flat, ("rendezvous", max(r["seconds"]["rendezvous"] for r in flat))
+
+
+def inspect_local(slots: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5,
+                  since: float | None = None) -> Inspection:
     """This host as the local executor sees it: one node of ``slots`` slots; its loopback link."""
     import socket
 
     if slots < 2:
         raise ConfigError("--gpus: inspection needs at least 2 slots to measure a link")
-    started = time.monotonic()
+    phases = Phases(since)
     ranks, groups, kinds = plan_groups([slots])
-    store = _store("127.0.0.1")
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(len(ranks)) as pool:
-        jobs = [pool.apply_async(run_rank, (r, len(ranks), "127.0.0.1", store.port, groups, list(sizes), reps))
-                for r in range(len(ranks))]
-        results = [j.get(timeout=300) for j in jobs]
-    return _assemble("local", [socket.gethostname() or "localhost"], [slots], ranks, groups, kinds, results, started)
+    store = StoreServer("127.0.0.1")
+    try:
+        with mp.get_context("spawn").Pool(1) as pool:
+            started = pool.apply_async(ready)
+            import coddl.perf.linkfit  # noqa: F401 - scipy for the fit, imported while the ranks start
+            started.get(timeout=300)
+            phases.mark("ranks up")
+            job = pool.apply_async(run_node, (list(range(len(ranks))), len(ranks),
+                                              ("127.0.0.1", store.port, store.authkey), groups, list(sizes), reps))
+            results, met = _measured([job.get(timeout=300)])
+            phases.mark("measured", met)
+    finally:
+        store.close()
+    return _assemble("local", [socket.gethostname() or "localhost"], [slots], ranks, groups, kinds, results, phases)
 
 
 def inspect_ray(address: str, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int = 5, connect_timeout_s: float = 15.0,
-                progress: Callable[[str], None] = lambda _: None) -> Inspection:
-    """The Ray cluster at ``address``, node by node as the Ray executor orders them."""
+                since: float | None = None) -> Inspection:
+    """The Ray cluster at ``address``, node by node as the Ray executor orders them: one actor per node
+    imports torch and forks that node's ranks (all nodes start at once)."""
+    phases = Phases(since)
     from coddl.runtime.executors.ray import _import_ray, ray_cluster
     from coddl.runtime.executors.ray_connect import connect, split_address
-    from coddl.runtime.inspection.bench import InspectionRank
+    from coddl.runtime.inspection.bench import InspectionNode
 
     split_address(address)
     ray = _import_ray(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    started = time.monotonic()
+    phases.mark("imports")
     connect(ray, address, connect_timeout_s)
     try:
         cluster, node_ids = ray_cluster(ray)
+        phases.mark("connect")
         slots = [n.gpus for n in cluster.nodes]
         ranks, groups, kinds = plan_groups(slots)
-        store = _store("0.0.0.0")
-        host = ray.util.get_node_ip_address()
-        actor = ray.remote(InspectionRank)
-        actors = [actor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_ids[node], soft=False))
-                  .remote() for node, _ in ranks]
-        progress(f"{len(ranks)} ranks on {len(slots)} nodes, {len(groups)} links")
-        results = ray.get([a.run.remote(r, len(ranks), host, store.port, groups, list(sizes), reps)
-                           for r, a in enumerate(actors)], timeout=300)
+        actor = ray.remote(InspectionNode)
+        actors = [actor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                  .remote() for node_id in node_ids]
+        started = [a.ready.remote() for a in actors]
+        store = StoreServer("0.0.0.0")
+        rendezvous = (ray.util.get_node_ip_address(), store.port, store.authkey)
+        import coddl.perf.linkfit  # noqa: F401 - scipy for the fit, imported while the nodes start
+        try:
+            ray.get(started, timeout=300)
+            phases.mark("ranks up")
+            results = ray.get([a.run.remote(node_ranks, len(ranks), rendezvous, groups, list(sizes), reps)
+                               for a, node_ranks in zip(actors, _node_ranks(ranks, len(slots)))], timeout=300)
+            results, met = _measured(results)
+            phases.mark("measured", met)
+        finally:
+            store.close()
         for a in actors:
             ray.kill(a)
-        return _assemble("ray", [n.name for n in cluster.nodes], slots, ranks, groups, kinds, results, started)
     finally:
         ray.shutdown()
+    phases.mark("shutdown")
+    return _assemble("ray", [n.name for n in cluster.nodes], slots, ranks, groups, kinds, results, phases)
 
 
 def write_spec(inspection: Inspection, path: Path) -> None:
