@@ -48,6 +48,10 @@ def test_a_job_runs_end_to_end_on_the_ray_executor(ray_server):
     losses = [s["loss"] for s in job["samples"] if s["loss"] is not None]
     assert losses[-1] < 0.5 * losses[0]
     assert {s["world_size"] for s in job["samples"]} == {4}
+    # its first steps were inspected on the Ray nodes as on the local executor: a profile of its own
+    profile = srv.admin.get(f"/jobs/{job_id}/profile")
+    assert profile.status_code == 200, profile.text
+    assert profile.json()["profile"] and any(e["kind"] == "inspected" for e in job["events"])
 
 
 def test_command_jobs_run_on_the_ray_executor(ray_server):
