@@ -11,7 +11,8 @@ import pytest
 from coddl.core.cluster import Cluster, LinkSpec
 from coddl.core.job import JobSpec
 from coddl.elastic.protocol import Inspection
-from coddl.perf.inspection import INSPECTION_CLUSTER, Timings, profile_rows
+from coddl.perf.inspection import INSPECTION_CLUSTER, Timings, measured_row, profile_rows, table_records
+from coddl.perf.table import ProfileTable
 from coddl.perf.jobmodel import JobModel
 from coddl.policies.registry import make_policy
 from coddl.runtime.estimation import Estimates
@@ -36,6 +37,24 @@ def test_rows_are_one_gpu_steps_at_each_timed_batch_from_the_medians():
 def test_rows_refuse_an_empty_inspection():
     with pytest.raises(ValueError, match="timed no step"):
         profile_rows(Timings(0.0, (), 0.0), "x", "cpu")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_rows_refuse_gradient_bytes_that_are_no_count(bad):
+    with pytest.raises(ValueError, match=r"^job-7: param_bytes must be a finite count"):
+        profile_rows(Timings(bad, ((8, 0.1),), 0.0), "job-7", "cpu")
+
+
+def test_a_measured_row_and_stored_records_read_back_as_the_same_rows():
+    """What the store keeps is what the estimator reads: a measured step on 2 + 1 GPUs keeps its
+    placement and the inspection's cluster, through ``ProfileTable.build`` and back."""
+    row = measured_row("bert", 4e8, "cpu", [2, 1], 8.0, 1.25)
+    table = ProfileTable.build([row])
+    assert table.cluster[0] == INSPECTION_CLUSTER and tuple(table.placement[0]) == (2, 1)
+    assert table.gpus[0] == 3 and table.nodes[0] == 2 and table.max_per_node[0] == 2
+    again = ProfileTable.build(table_records(table))
+    assert table_records(again) == table_records(table)
+    assert again.cluster[0] == INSPECTION_CLUSTER and tuple(again.placement[0]) == (2, 1)
 
 
 def estimates(links: LinkSpec = LinkSpec(100.0, 12.5, 0.0, 0.0)) -> Estimates:
