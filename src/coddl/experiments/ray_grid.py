@@ -50,9 +50,9 @@ def run_on_ray(one: Callable[[str, int, str, int | None], R], tasks: list[Task],
     joined is the connector's ConfigError; a run that fails every try is :class:`RunFailed`."""
     if connect_timeout_s > 0:  # connect() says what is wrong with other timeouts
         probe(address, connect_timeout_s)  # an unreachable address fails before the seconds Ray's import takes
-    from coddl.runtime.executors.ray import _import_ray
+    from coddl.runtime.executors.ray_connect import import_ray
 
-    ray = _import_ray(address)
+    ray = import_ray(address)
     connect(ray, address, connect_timeout_s)
     try:
         remote = ray.remote(max_retries=0)(_call)

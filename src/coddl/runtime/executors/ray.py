@@ -26,39 +26,24 @@ dedicated accounts from a shared ``/etc/passwd``).
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from coddl.core.cluster import Cluster, GpuType, Node
+from coddl.core.cluster import Cluster
 from coddl.elastic.gang import LOOPBACK, free_port
 from coddl.elastic.pool import WorkerHandle
 from coddl.elastic.worker import WorkerSpec
 from coddl.runtime.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
-from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S, connect, split_address
+from coddl.runtime.executors.ray_connect import (DEFAULT_CONNECT_TIMEOUT_S, connect, import_ray, ray_cluster,
+                                                 split_address)
 from coddl.runtime.isolation import Isolation
 
 # The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
 # worker bootstrap, which must not run again inside the fork server).
 AGENT_PRELOAD = ("torch", "torch._dynamo", "coddl.elastic.session", "coddl.elastic.worker")
 AGENT_START_S = 180.0  # an agent reserves all of its node's GPUs; it waits if someone else holds them
-
-
-def _import_ray(address: str):  # noqa: ANN202 - the ray module
-    """Import ray for ``address``. For a loopback address Ray would rewrite 127.0.0.1 to the host's
-    public address, which a Ray cluster bound to loopback does not answer (ray-project/ray#59110);
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps it on loopback. Ray reads it at import time."""
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host in ("127.0.0.1", "localhost", "::1"):
-        if "ray" in sys.modules and os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
-            raise ConfigError("a loopback Ray address needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 set before ray "
-                              "is imported")
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    import ray
-
-    return ray
 
 
 def _ray_temp_dir() -> tuple[str, ...]:
@@ -212,18 +197,6 @@ class RayRendezvous:
         return host, self.ray.get(self.agents[node].free_port.remote(host))
 
 
-def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
-    """Our cluster from the live Ray nodes with GPUs, and the Ray node id of each of our nodes (each
-    node's name is its address, '/', the start of its node id)."""
-    alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
-    alive.sort(key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
-    if not alive:
-        raise ConfigError("the Ray cluster has no node with GPUs (start nodes with --num-gpus)")
-    nodes = tuple(Node(name=f"{n['NodeManagerAddress']}/{n['NodeID'][:6]}", gpus=int(n["Resources"]["GPU"]),
-                       gpu_type="ray", cpus=int(n["Resources"].get("CPU", 0))) for n in alive)
-    return Cluster(nodes=nodes, gpu_types={"ray": GpuType("ray")}), [n["NodeID"] for n in alive]
-
-
 class RayExecutor(ElasticExecutor):
     kind = "ray"
 
@@ -231,7 +204,7 @@ class RayExecutor(ElasticExecutor):
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S, isolation: Isolation = Isolation("none"),
                  work_dir: Path | None = None) -> None:
         split_address(address)  # a malformed address is refused before Ray is imported
-        ray = _import_ray(address)
+        ray = import_ray(address)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         connect(ray, address, connect_timeout_s)

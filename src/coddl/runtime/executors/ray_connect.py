@@ -1,4 +1,7 @@
-"""Joining a Ray cluster as its driver, in bounded time and with one-line reasons.
+"""Joining a Ray cluster as its driver, in bounded time and with one-line reasons, and reading its nodes.
+
+Nothing here imports torch: the server's Ray executor, ``coddl cluster inspect`` and Ray sweeps all
+join through it, and the latter two have no use for torch in the driver.
 
 Left alone, ``ray.init(address=...)`` retries for 20 s or more and then raises a ConnectionError
 with Ray's own traceback; for an address that drops packets each try can wait longer still; a cluster
@@ -13,8 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from types import ModuleType
 
+from coddl.core.cluster import Cluster, GpuType, Node
 from coddl.runtime.errors import ConfigError
 
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
@@ -75,3 +80,30 @@ def connect(ray: ModuleType, address: str, timeout_s: float = DEFAULT_CONNECT_TI
             raise ConfigError(f"the Ray cluster at {address} refused this server's credentials: {_AUTH_HINT}") from None
         raise ConfigError(f"cannot connect to the Ray cluster at {address} within {timeout_s:g} s "
                           f"(--ray-connect-timeout-s): {str(e).splitlines()[0]}") from None
+
+
+def import_ray(address: str):  # noqa: ANN202 - the ray module
+    """Import ray for ``address``. For a loopback address Ray would rewrite 127.0.0.1 to the host's
+    public address, which a Ray cluster bound to loopback does not answer (ray-project/ray#59110);
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 keeps it on loopback. Ray reads it at import time."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
+        if "ray" in sys.modules and os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
+            raise ConfigError("a loopback Ray address needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 set before ray "
+                              "is imported")
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+
+    return ray
+
+
+def ray_cluster(ray) -> tuple[Cluster, list[str]]:  # noqa: ANN001 - ray module
+    """Our cluster from the live Ray nodes with GPUs, and the Ray node id of each of our nodes (each
+    node's name is its address, '/', the start of its node id)."""
+    alive = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) >= 1]
+    alive.sort(key=lambda n: (n["NodeManagerAddress"], n["NodeID"]))
+    if not alive:
+        raise ConfigError("the Ray cluster has no node with GPUs (start nodes with --num-gpus)")
+    nodes = tuple(Node(name=f"{n['NodeManagerAddress']}/{n['NodeID'][:6]}", gpus=int(n["Resources"]["GPU"]),
+                       gpu_type="ray", cpus=int(n["Resources"].get("CPU", 0))) for n in alive)
+    return Cluster(nodes=nodes, gpu_types={"ray": GpuType("ray")}), [n["NodeID"] for n in alive]

@@ -177,12 +177,12 @@ def inspect_ray(address: str, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int 
     """The Ray cluster at ``address``, node by node as the Ray executor orders them: one actor per node
     imports torch and forks that node's ranks (all nodes start at once)."""
     phases = Phases(since)
-    from coddl.runtime.executors.ray import _import_ray, ray_cluster
+    from coddl.runtime.executors.ray_connect import import_ray, ray_cluster
     from coddl.runtime.executors.ray_connect import connect, split_address
     from coddl.runtime.inspection.bench import InspectionNode
 
     split_address(address)
-    ray = _import_ray(address)
+    ray = import_ray(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     phases.mark("imports")
