@@ -4,7 +4,8 @@ Every job, state change and allocation is written here BEFORE it is acted on —
 the scheduler sees it, a plan before the executor carries it out, a cancel request before the job is
 stopped — so a controller killed at any instant restarts from the store and loses nothing it had
 accepted. The controller is the only writer of job state; the API writes submissions, cancel
-requests and tokens. Readers get plain frozen dataclasses, never ORM objects bound to a session.
+requests and tokens. Readers get plain frozen dataclasses, never ORM objects bound to a session
+(``views.py``); the tables are in ``schema.py``.
 
 SQLite notes: WAL lets the API read while the controller writes; ``synchronous=NORMAL`` keeps every
 committed transaction across a process crash (SIGKILL) and only risks the last ones on power loss.
@@ -32,305 +33,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    Dialect,
-    Float,
-    ForeignKey,
-    Integer,
-    String,
-    Text,
-    TypeDecorator,
-    bindparam,
-    create_engine,
-    delete,
-    event,
-    func,
-    inspect,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import bindparam, create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from coddl.core.allocation import Action, ActionKind
 from coddl.core.job import JobStatus
 from coddl.runtime.limits import MAX_STORE_INT
+from coddl.runtime.store.schema import (
+    AllocationRow,
+    Base,
+    EventRow,
+    JobRow,
+    MetaRow,
+    ProfileRow,
+    QueueRow,
+    SampleRow,
+    TokenRow,
+    add_missing_columns,
+)
+from coddl.runtime.store.views import (
+    TERMINAL,
+    EventView,
+    JobView,
+    LoggedEvent,
+    ProgressUpdate,
+    SampleView,
+    TokenView,
+    User,
+    event_view,
+    job_view,
+    token_view,
+)
 
-TERMINAL = tuple(s.value for s in JobStatus if s.terminal)
 MAX_ID = MAX_STORE_INT  # ids are INTEGER columns: 32-bit on PostgreSQL, so a larger id names no job
 WRITE_LOCK = 0x636F64646C  # "coddl": the PostgreSQL advisory lock every write transaction holds
 
 
-class SafeText(TypeDecorator[str]):
-    """Text with NUL characters replaced (U+FFFD): PostgreSQL rejects them in text columns, and a
-    worker's last log line — a job's failure message — can hold anything the script printed."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else value.replace("\x00", "\ufffd")
-
-
 class LastAdmin(ValueError):
     """Revoking this token would leave no active admin token."""
-
-
-class Base(DeclarativeBase):
-    type_annotation_map = {dict: JSON, list: JSON}
-
-
-class JobRow(Base):
-    __tablename__ = "jobs"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    name: Mapped[str] = mapped_column(String(64))
-    owner: Mapped[str] = mapped_column(String(64), index=True)
-    spec: Mapped[dict] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), index=True)
-    admitted: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
-    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False, index=True)
-    submitted_at: Mapped[float] = mapped_column(Float)
-    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    total_steps: Mapped[int] = mapped_column(Integer)
-    steps_done: Mapped[int] = mapped_column(Integer, default=0)
-    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
-    steps_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    share: Mapped[int] = mapped_column(Integer, default=0)
-    resizes: Mapped[int] = mapped_column(Integer, default=0)
-    message: Mapped[str | None] = mapped_column(SafeText, nullable=True)
-    # GPU-seconds received so far, as of the controller's last write: least-attained-service
-    # policies rank by it, so a restarted controller must not reset it to zero
-    attained_service: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
-
-
-class EventRow(Base):
-    """A job's history: submitted, planned (an action, written before the executor acts), applied
-    (the same action done, with its latency), worker-lost, finished, failed, cancelled, recovered."""
-
-    __tablename__ = "events"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
-    at: Mapped[float] = mapped_column(Float)
-    kind: Mapped[str] = mapped_column(String(24))
-    action: Mapped[str | None] = mapped_column(String(16), nullable=True)
-    gpus_before: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    gpus_after: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    latency_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    detail: Mapped[str | None] = mapped_column(SafeText, nullable=True)
-
-
-class AllocationRow(Base):
-    """The GPUs (and cores) each job holds according to the newest persisted plan."""
-
-    __tablename__ = "allocations"
-
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
-    gpus: Mapped[list] = mapped_column(JSON)
-    cores: Mapped[list] = mapped_column(JSON)
-    workers: Mapped[list] = mapped_column(JSON, default=list)  # the executor's records of the processes
-    updated_at: Mapped[float] = mapped_column(Float)
-
-
-class SampleRow(Base):
-    """Progress reports as the controller received them (loss and throughput over time)."""
-
-    __tablename__ = "samples"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
-    at: Mapped[float] = mapped_column(Float)
-    step: Mapped[int] = mapped_column(Integer)
-    world_size: Mapped[int] = mapped_column(Integer)
-    steps_per_s: Mapped[float] = mapped_column(Float)
-    loss: Mapped[float | None] = mapped_column(Float, nullable=True)
-
-
-class ProfileRow(Base):
-    """A job's throughput profile as its inspection measured it and the controller corrected it
-    (``coddl.runtime.estimation``): its one-GPU rows, the measured rows folded in and its belief."""
-
-    __tablename__ = "profiles"
-
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
-    profile: Mapped[dict] = mapped_column(JSON)
-    updated_at: Mapped[float] = mapped_column(Float)
-
-
-class TokenRow(Base):
-    """API tokens, stored as SHA-256 digests: a token is 256 random bits, so a fast hash is enough
-    (there is nothing to brute-force) and the database alone never lets anyone in."""
-
-    __tablename__ = "tokens"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    user: Mapped[str] = mapped_column(String(64), index=True)
-    digest: Mapped[str] = mapped_column(String(64), unique=True)
-    admin: Mapped[bool] = mapped_column(Boolean, default=False)
-    created_at: Mapped[float] = mapped_column(Float)
-    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: never
-    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    revoked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
-
-
-class QueueRow(Base):
-    """The teams' queues (``coddl.queues``) as an admin configured them, in order; each queue's
-    settings (quota, cohort, limits, weight, members) as one JSON document."""
-
-    __tablename__ = "queues"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    position: Mapped[int] = mapped_column(Integer)
-    settings: Mapped[dict] = mapped_column(JSON)
-
-
-class MetaRow(Base):
-    __tablename__ = "meta"
-
-    key: Mapped[str] = mapped_column(String(32), primary_key=True)
-    value: Mapped[str] = mapped_column(SafeText)
-
-
-# --------------------------------------------------------------------------- what readers get
-@dataclass(frozen=True, slots=True)
-class User:
-    name: str
-    admin: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TokenView:
-    """A token as an admin sees it: never the token, only the first characters of its digest (enough
-    to tell tokens apart in a list)."""
-
-    id: int
-    user: str
-    admin: bool
-    created_at: float
-    expires_at: float | None
-    revoked_at: float | None
-    revoked_by: str | None
-    fingerprint: str
-
-    def state(self, now: float) -> str:
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
-
-    def as_json(self, now: float) -> dict:
-        return {"id": self.id, "user": self.user, "admin": self.admin, "created_at": self.created_at,
-                "expires_at": self.expires_at, "revoked_at": self.revoked_at, "revoked_by": self.revoked_by,
-                "fingerprint": self.fingerprint, "state": self.state(now)}
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    id: int
-    name: str
-    owner: str
-    spec: dict
-    status: str
-    cancel_requested: bool
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    total_steps: int
-    steps_done: int
-    loss: float | None
-    steps_per_s: float | None
-    share: int
-    resizes: int
-    message: str | None
-    gpus: tuple[int, ...] = ()
-    workers: tuple[dict, ...] = ()
-    attained_service: float = 0.0
-
-    @property
-    def terminal(self) -> bool:
-        return self.status in TERMINAL
-
-
-@dataclass(frozen=True, slots=True)
-class EventView:
-    job_id: int
-    at: float
-    kind: str
-    action: str | None
-    gpus_before: tuple[int, ...] | None
-    gpus_after: tuple[int, ...] | None
-    latency_s: float | None
-    detail: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SampleView:
-    at: float
-    step: int
-    world_size: int
-    steps_per_s: float
-    loss: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class LoggedEvent:
-    """An event with its place in the log (``id`` only grows) and what readers of the whole log need
-    of its job: the metrics fold new events in by id; the dashboard shows a user only their own."""
-
-    id: int
-    event: EventView
-    owner: str
-    submitted_at: float
-    started_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ProgressUpdate:
-    """A progress report; ``sample`` also keeps it in the job's history (the controller thins the
-    history out: a report every half second for a week-long job is more than anyone reads)."""
-
-    job_id: int
-    at: float
-    step: int
-    world_size: int
-    steps_per_s: float
-    loss: float | None
-    sample: bool = True
-
-
-def _job(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
-    return JobView(r.id, r.name, r.owner, r.spec, r.status, r.cancel_requested, r.submitted_at, r.started_at,
-                   r.finished_at, r.total_steps, r.steps_done, r.loss, r.steps_per_s, r.share, r.resizes,
-                   r.message, tuple(alloc.gpus) if alloc else (), tuple(alloc.workers or ()) if alloc else (),
-                   r.attained_service or 0.0)
-
-
-def _token(r: TokenRow) -> TokenView:
-    return TokenView(r.id, r.user, r.admin, r.created_at, r.expires_at, r.revoked_at, r.revoked_by, r.digest[:8])
-
-
-def _event(r: EventRow) -> EventView:
-    return EventView(r.job_id, r.at, r.kind, r.action, None if r.gpus_before is None else tuple(r.gpus_before),
-                     None if r.gpus_after is None else tuple(r.gpus_after), r.latency_s, r.detail)
-
-
-def _add_missing_columns(conn: Connection) -> None:
-    """Columns added to a table after a state directory was created (``create_all`` creates only
-    missing tables): each is added with its server default, so an older store opens unchanged."""
-    for table in (JobRow.__table__, TokenRow.__table__):
-        present = {c["name"] for c in inspect(conn).get_columns(table.name)}
-        for col in table.columns:
-            if col.name not in present:
-                kind = col.type.compile(dialect=conn.dialect)
-                default = f" DEFAULT {col.server_default.arg}" if col.server_default is not None else ""
-                conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {col.name} {kind}{default}")
 
 
 def digest(token: str) -> str:
@@ -406,7 +148,7 @@ class Store:
         with self._write_engine.begin() as conn:
             self._lock(conn)
             Base.metadata.create_all(conn)
-            _add_missing_columns(conn)
+            add_missing_columns(conn)
         self._reads = sessionmaker(self._read, expire_on_commit=False)
         self._writes = sessionmaker(self._write_engine, expire_on_commit=False)
         self._local = threading.local()  # per thread: is this read the tolerant retry?
@@ -565,13 +307,13 @@ class Store:
             row = TokenRow(user=user, digest=digest(token), admin=admin, created_at=time.time(), expires_at=expires_at)
             s.add(row)
             s.flush()
-            return token, _token(row)
+            return token, token_view(row)
 
     def authenticate(self, token: str, now: float | None = None) -> User | None:
         """The token's user if it is known, not revoked and not expired."""
         with self._r() as s:
             row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
-            if row is None or _token(row).state(time.time() if now is None else now) != "active":
+            if row is None or token_view(row).state(time.time() if now is None else now) != "active":
                 return None
             return User(row.user, row.admin)
 
@@ -579,7 +321,7 @@ class Store:
         """Why a token that does not authenticate fails: "revoked", "expired", or None (unknown)."""
         with self._r() as s:
             row = s.scalar(select(TokenRow).where(TokenRow.digest == digest(token)))
-            return None if row is None else _token(row).state(time.time())
+            return None if row is None else token_view(row).state(time.time())
 
     @tolerant
     def list_tokens(self, user: str | None = None) -> list[TokenView]:
@@ -587,14 +329,14 @@ class Store:
             q = select(TokenRow).order_by(TokenRow.id)
             if user is not None:
                 q = q.where(TokenRow.user == user)
-            return [_token(r) for r in s.scalars(q)]
+            return [token_view(r) for r in s.scalars(q)]
 
     def get_token(self, token_id: int) -> TokenView | None:
         if not 0 < token_id <= MAX_ID:
             return None
         with self._r() as s:
             row = s.get(TokenRow, token_id)
-            return None if row is None else _token(row)
+            return None if row is None else token_view(row)
 
     def revoke_token(self, token_id: int, by: str) -> TokenView:
         """Revoke a token (kept in the list, marked revoked). Raises LastAdmin rather than revoke the
@@ -603,10 +345,10 @@ class Store:
         with self._w() as s:
             row = s.get(TokenRow, token_id)
             if row.revoked_at is None:
-                if row.admin and _token(row).state(now) == "active" and self._active_admins(s, now) <= 1:
+                if row.admin and token_view(row).state(now) == "active" and self._active_admins(s, now) <= 1:
                     raise LastAdmin(f"token {token_id} is the only active admin token; create another first")
                 row.revoked_at, row.revoked_by = now, by
-            return _token(row)
+            return token_view(row)
 
     @staticmethod
     def _active_admins(s: Session, now: float) -> int:
@@ -630,7 +372,7 @@ class Store:
             s.add(row)
             s.flush()
             s.add(EventRow(job_id=row.id, at=now, kind="submitted", detail=f"by {owner}"))
-            return _job(row)
+            return job_view(row)
 
     @tolerant
     def get_job(self, job_id: int) -> JobView | None:
@@ -640,7 +382,7 @@ class Store:
             row = s.get(JobRow, job_id)
             if row is None:
                 return None
-            return _job(row, s.get(AllocationRow, job_id))
+            return job_view(row, s.get(AllocationRow, job_id))
 
     @tolerant
     def list_jobs(self, owner: str | None = None, limit: int = 1000, before: int | None = None,
@@ -671,7 +413,7 @@ class Store:
             if row.status not in TERMINAL and not row.cancel_requested:
                 row.cancel_requested = True
                 s.add(EventRow(job_id=job_id, at=now, kind="cancel-requested", detail=f"by {by}"))
-            return _job(row)
+            return job_view(row)
 
     def set_message(self, job_id: int, message: str | None) -> None:
         """A job's message while it is not finished (why it is held); a terminal job's stays."""
@@ -682,7 +424,7 @@ class Store:
     def events(self, job_id: int) -> list[EventView]:
         with self._r() as s:
             rows = s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id))
-            return [_event(r) for r in rows]
+            return [event_view(r) for r in rows]
 
     @tolerant
     def samples(self, job_id: int) -> list[SampleView]:
@@ -717,7 +459,7 @@ class Store:
         """The jobs holding GPUs by the newest persisted plan, with their GPUs, by id."""
         with self._r() as s:
             q = select(JobRow, AllocationRow).join(AllocationRow, AllocationRow.job_id == JobRow.id)
-            return [_job(j, a) for j, a in s.execute(q.order_by(JobRow.id))]
+            return [job_view(j, a) for j, a in s.execute(q.order_by(JobRow.id))]
 
     def oldest_queued(self) -> float | None:
         """When the longest-waiting job that never ran was submitted (None: nobody waits)."""
@@ -742,7 +484,7 @@ class Store:
             if owner is not None:
                 q = q.where(JobRow.owner == owner)
             rows = s.execute(q.order_by(EventRow.id).limit(limit))
-            return [LoggedEvent(e.id, _event(e), o, sub, st) for e, o, sub, st in rows]
+            return [LoggedEvent(e.id, event_view(e), o, sub, st) for e, o, sub, st in rows]
 
     def samples_since(self, since: float, job_ids: Sequence[int]) -> dict[int, list[SampleView]]:
         """The progress history of these jobs from ``since`` on, by job."""
@@ -761,7 +503,7 @@ class Store:
         """Submissions the controller has not taken in yet, oldest first."""
         with self._r() as s:
             rows = s.scalars(select(JobRow).where(JobRow.admitted.is_(False)).order_by(JobRow.id))
-            return [_job(r) for r in rows]
+            return [job_view(r) for r in rows]
 
     def mark_admitted(self, job_ids: Sequence[int]) -> None:
         if job_ids:
@@ -773,7 +515,7 @@ class Store:
         """Every job not yet finished, failed or cancelled (what a restarted controller takes over)."""
         with self._r() as s:
             rows = s.scalars(select(JobRow).where(JobRow.status.not_in(TERMINAL)).order_by(JobRow.id))
-            return [_job(r) for r in rows]
+            return [job_view(r) for r in rows]
 
     def cancel_requests(self) -> list[int]:
         with self._r() as s:
@@ -877,4 +619,4 @@ class Store:
                     row.status = JobStatus.SUSPENDED.value
                 row.share = 0
                 row.admitted = True
-            return [_job(r) for r in rows], workers
+            return [job_view(r) for r in rows], workers
