@@ -38,7 +38,8 @@ def render_cluster(cluster: Cluster, title: str | None = None) -> Table:
                       f"{mem:g}", str(len(set(n.switch for n in nodes))))
     links = cluster.links
     switches = len(set(n.switch for n in cluster.nodes))
-    table.caption = (f"{cluster.total_gpus} GPUs on {len(cluster.nodes)} nodes, {switches} switch"
+    n = len(cluster.nodes)
+    table.caption = (f"{cluster.total_gpus} GPUs on {n} node{'s' if n != 1 else ''}, {switches} switch"
                      f"{'es' if switches != 1 else ''}; links: intra-node {links.intra_node_gbps:g} GB/s, "
                      f"{links.intra_node_latency_us:g} µs; inter-node {links.inter_node_gbps:g} GB/s, "
                      f"{links.inter_node_latency_us:g} µs"
