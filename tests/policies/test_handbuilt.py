@@ -211,6 +211,15 @@ def test_themis_counts_time_already_spent() -> None:
     sched.submit(JobSpec("A", 0.0, 1, 100.0, "lin", max_gpus=3), 100.0)
     shares = dict(zip(sched.table.ids, sched.policy.allocate(sched.context(100.0)).tolist()))
     assert shares == {"A": 2, "B": 1}
+    # B (300 s of work) arrived at 0, A (100 s) at 50; now = 100, fair share 1 GPU (3 GPUs, 2 jobs).
+    # With the time spent: ρ_A(1) = (50 + 100) / 100 = 1.5 > ρ_B(1) = (100 + 300) / 300 = 1.33: A grows.
+    # elapsed=false: both ρ(1) = 1, a tie, which goes by arrival: B grows.
+    for spec, expected in (("themis", {"A": 2, "B": 1}), ("themis:elapsed=false", {"A": 1, "B": 2})):
+        sched = Scheduler(Cluster.for_gpus(3, 8), make_policy(spec), curves)
+        sched.submit(JobSpec("B", 0.0, 1, 300.0, "lin", max_gpus=3), 100.0)
+        sched.submit(JobSpec("A", 50.0, 1, 100.0, "lin", max_gpus=3), 100.0)
+        shares = dict(zip(sched.table.ids, sched.policy.allocate(sched.context(100.0)).tolist()))
+        assert shares == expected, spec
 
 
 # ------------------------------------------------------------------ SRSF
