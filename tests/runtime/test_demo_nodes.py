@@ -19,7 +19,8 @@ def test_bad_flags_are_one_line_before_anything_is_built() -> None:
         r = coddl("demo", *args, timeout=60)
         assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
-    assert leftovers(DEMO_TESTBED) == []
+    if skip_reason() is None:  # listing namespaces needs iproute2 (and root)
+        assert leftovers(DEMO_TESTBED) == []
 
 
 @pytest.mark.slow

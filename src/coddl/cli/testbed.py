@@ -12,7 +12,7 @@ from rich.console import Console
 
 from coddl.cli.errors import fail
 from coddl.runtime.testbed import cluster as tb
-from coddl.runtime.testbed.netns import LinkLimit, TestbedError, parse_delay, parse_rate, unavailable_reason
+from coddl.runtime.testbed.netns import LinkLimit, TestbedError, parse_bandwidth, parse_delay, unavailable_reason
 from coddl.runtime.testbed.probe import measure
 
 app = typer.Typer(help="a multi-node Ray testbed with a limited link, on this machine (root)", no_args_is_help=True,
@@ -47,7 +47,7 @@ def up_cmd(nodes: int = typer.Option(2, "--nodes", help="Ray nodes, one network 
     """Start the namespaces, the shaped link and a Ray node in each namespace; print how to use it."""
     _usable()
     with _testbed_errors():
-        rate = None if bandwidth.strip().lower() in ("none", "unlimited") else parse_rate(bandwidth)
+        rate = parse_bandwidth(bandwidth)
         spec = tb.TestbedSpec(nodes=nodes, gpus_per_node=gpus_per_node, cpus_per_node=cpus_per_node,
                               link=LinkLimit(rate, parse_delay(delay)), prefix=name)
         with console.status(f"starting {nodes} Ray nodes behind {spec.link.describe()} links"):

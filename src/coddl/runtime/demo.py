@@ -160,14 +160,14 @@ def run_on_testbed(console: Console, nodes: int, bandwidth: str, policy: str, ex
     demo inside node 0 with the Ray executor, and tear the testbed down; the inner demo's exit code.
     Raises TestbedError (one line) where a testbed cannot be built."""
     from coddl.runtime.testbed import cluster as tb
-    from coddl.runtime.testbed.netns import LinkLimit, TestbedError, parse_rate, unavailable_reason
+    from coddl.runtime.testbed.netns import LinkLimit, TestbedError, parse_bandwidth, unavailable_reason
 
     reason = unavailable_reason()
     if reason:
         raise TestbedError(f"--nodes {nodes} needs a network-namespace testbed, which cannot be built here: {reason}")
     examples = find_examples(examples)
     try:
-        rate = None if bandwidth.strip().lower() in ("none", "unlimited") else parse_rate(bandwidth)
+        rate = parse_bandwidth(bandwidth)
     except ValueError as e:
         raise TestbedError(f"--bandwidth: {e}") from None
     spec = tb.TestbedSpec(nodes=nodes, gpus_per_node=2, cpus_per_node=1, link=LinkLimit(rate, 0.0),

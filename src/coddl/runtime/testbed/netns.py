@@ -77,6 +77,11 @@ def parse_rate(text: str) -> float:
     return float(m.group(1)) * _RATE_UNITS[unit]
 
 
+def parse_bandwidth(text: str) -> float | None:
+    """A link's rate as ``--bandwidth`` takes it: tc units (``parse_rate``), or 'none'/'unlimited' (None)."""
+    return None if text.strip().lower() in ("none", "unlimited") else parse_rate(text)
+
+
 def parse_delay(text: str) -> float:
     """'2ms', '500us', '0' → seconds."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
