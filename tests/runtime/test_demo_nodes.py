@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from runtime_live import EXAMPLES
 from testbed_live import coddl, leftovers, skip_reason
 
 from coddl.runtime.demo import DEMO_TESTBED
@@ -29,7 +30,8 @@ def test_demo_on_two_nodes_runs_every_job_and_tears_down() -> None:
     reason = skip_reason()
     if reason:
         pytest.skip(f"no network-namespace testbed: {reason}")
-    r = coddl("demo", "--nodes", "2", "--bandwidth", "200mbit", timeout=400)
+    # the examples where a job can read them (a checkout under /tmp is hidden by each job's own /tmp)
+    r = coddl("demo", "--nodes", "2", "--bandwidth", "200mbit", "--examples", str(EXAMPLES), timeout=400)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     assert "4 GPUs on 2 Ray nodes" in r.stdout and "the server runs in node 0" in r.stdout
     rows = re.findall(r"│\s*\d+ (\S+)\s*│\s*(\w+)\s*│", r.stdout)
