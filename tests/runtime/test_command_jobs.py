@@ -208,4 +208,5 @@ def test_an_elastic_jobs_collectives_are_its_own_on_a_root_server(srv):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
     done = srv.wait_job(j, lambda v: v["terminal"], 180, "the end")
     assert done["status"] == "finished" and done["steps_done"] == 150, done["message"]
-    wait_for(lambda: not netns_alive(inos.pop()), 30, "the job's network namespace to go")
+    ino = inos.pop()  # not inside the predicate: wait_for calls it until the namespace is gone
+    wait_for(lambda: not netns_alive(ino), 30, "the job's network namespace to go")
