@@ -40,10 +40,19 @@ def cache_location() -> str | None:
         return ""
     home = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache" if os.environ.get("HOME") else None)
     for base in ([Path(home) / "coddl"] if home else []) + [Path(tempfile.gettempdir()) / f"coddl-{os.geteuid()}"]:
-        if os.access(base.parent, os.W_OK) or base.exists():
-            if _own_private_dir(base) and _own_private_dir(base / "numba"):
-                return str(base / "numba")
+        if (os.access(base.parent, os.W_OK) or _exists(base)) and _own_private_dir(base) \
+                and _own_private_dir(base / "numba"):
+            return str(base / "numba")
     return None
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, but False where this user may not even look (a ``HOME`` inherited from root:
+    ``Path.exists`` raises for that, and importing coddl must not)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 _WHERE = cache_location()

@@ -54,3 +54,23 @@ def test_a_planted_directory_is_never_used(read_only_install, monkeypatch, tmp_p
     if os.geteuid() == 0:
         os.chown(planted, 65534, 65534)
     assert jit.cache_location() is None  # compiled at every start instead
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a second account")
+def test_a_home_the_account_may_not_look_into_does_not_break_the_import(tmp_path):
+    """An account started with root's HOME (setpriv, sudo without -H): ``Path.exists`` raises there."""
+    import subprocess
+    import sys
+
+    private = tmp_path / "home"
+    private.mkdir(mode=0o700)
+    tmp_path.chmod(0o755)
+    setpriv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "env", f"HOME={private}",
+               f"PYTHONPATH={os.pathsep.join(p for p in sys.path if p)}", "XDG_CACHE_HOME="]
+    probe = subprocess.run([*setpriv, "/usr/bin/python3", "-c", "import numba"], capture_output=True, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip("the second account cannot import numba from this installation")
+    r = subprocess.run([*setpriv, "/usr/bin/python3", "-c", "from coddl import jit; print(jit._WHERE)"],
+                       capture_output=True, text=True, cwd="/", timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "coddl-65534" in r.stdout or r.stdout.strip() in ("", "None"), r.stdout

@@ -25,6 +25,7 @@ def test_bad_flags_are_one_line_before_anything_is_built() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the demo has a wall-clock budget; beside the suite on 2 cores it cancelled 4 of 6 jobs
 @pytest.mark.timeout(420)
 def test_demo_on_two_nodes_runs_every_job_and_tears_down() -> None:
     reason = skip_reason()
@@ -35,8 +36,8 @@ def test_demo_on_two_nodes_runs_every_job_and_tears_down() -> None:
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     assert "4 GPUs on 2 Ray nodes" in r.stdout and "the server runs in node 0" in r.stdout
     rows = re.findall(r"│\s*\d+ (\S+)\s*│\s*(\w+)\s*│", r.stdout)
-    # on a quiet machine all six finish (about 80 s); beside the rest of the suite on 2 cores the demo's
-    # 175 s budget may run out first, and the demo then cancels what is left, as it says
+    # on a quiet machine all six finish (about 80 s); on a slower one the demo's 175 s budget may run out
+    # first, and the demo then cancels what is left, as it says
     finished = [name for name, status in rows if status == "finished"]
     assert len(rows) == 6 and len(finished) >= 3, rows
     assert len(finished) == 6 or "demo deadline" in r.stdout
