@@ -130,3 +130,27 @@ def test_a_confined_spec_survives_the_trip_to_a_cold_worker():
     spec = WorkerSpec(entry="train.py", args=("--x",), env={"A": "1"}, confinement=Confinement(
         job_dir="/s/jobs/1", hide=("/s",), expose=("/opt/py",), owner="alice", uid=1001, gid=1001, account="alice"))
     assert WorkerSpec.from_json(spec.to_json()) == spec
+
+
+def test_the_installation_is_shown_through_a_private_tmp_but_never_what_it_holds_hidden(tmp_path):
+    from coddl.elastic.sandbox import put_back
+
+    venv, src, state = tmp_path / "p" / ".venv", tmp_path / "p" / "src", tmp_path / "state"
+    for d in (venv / "lib", src, state, tmp_path / "outside"):
+        d.mkdir(parents=True)
+    covered = ("/tmp", str(tmp_path))  # the job's /tmp is its own (here tmp_path stands for it)
+    # the outermost of nested installation directories, each once
+    assert put_back((str(venv), str(venv / "lib"), str(src), str(venv)), covered, (str(state),)) == [str(venv), str(src)]
+    # a directory outside every covered one needs no putting back; a missing one is left out
+    assert put_back(("/usr", str(tmp_path / "gone")), covered, ()) == []
+    # a PYTHONPATH entry that holds the state directory would carry it along: never shown
+    assert put_back((str(tmp_path),), ("/tmp", "/var"), (str(state),)) == []
+    assert put_back((str(tmp_path / "p"),), covered, (str(state),)) == [str(tmp_path / "p")]
+
+
+def test_a_pythonpath_directory_is_part_of_the_installation(tmp_path, monkeypatch):
+    from coddl.runtime.isolation import installation
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), "relative/dir", str(tmp_path / "missing")]))
+    got = installation()
+    assert str(tmp_path) in got and "relative/dir" not in got and str(tmp_path / "missing") not in got

@@ -190,9 +190,7 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     blocked = [b for p in c.expose if (b := _untraversable(p))] if as_root else []
     covered = (*blocked, *c.hide, "/tmp", "/dev/shm")
     shown = {c.job_dir: _clone(c.job_dir, writable=True)}
-    put_back = [p for p in c.expose if os.path.isdir(p) and any(_inside(p, b) for b in covered)]
-    shown |= {p: _clone(p, writable=False) for p in put_back
-              if p != c.job_dir and not any(q != p and _inside(p, q) for q in put_back)}
+    shown |= {p: _clone(p, writable=False) for p in put_back(c.expose, covered, c.hide) if p != c.job_dir}
     if not as_root:
         _syscall(SYS_MOUNT_SETATTR, "make the filesystem read-only", AT_FDCWD, b"/", AT_RECURSIVE,
                  _mount_attr(MOUNT_ATTR_RDONLY), ctypes.c_size_t(32))
@@ -220,6 +218,15 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     else:
         _drop_capabilities()
     _forget_the_pool()
+
+
+def put_back(expose: tuple[str, ...], covered: tuple[str, ...], hide: tuple[str, ...]) -> list[str]:
+    """Which installation directories to show through what covers them: the outermost of those under a
+    covered directory, never one that holds a hidden directory (a clone of it would carry the hidden
+    one along, since the clones are taken before the overlays are mounted)."""
+    chosen = [p for p in dict.fromkeys(expose) if os.path.isdir(p) and any(_inside(p, b) for b in covered)
+              and not any(_inside(h, p) for h in hide)]
+    return [p for p in chosen if not any(q != p and _inside(p, q) for q in chosen)]
 
 
 def _join_network(path: str, ino: int) -> None:

@@ -113,11 +113,13 @@ class Isolation:
 
 def installation() -> tuple[str, ...]:
     """Where this interpreter, its libraries and coddl live: what a worker running as another account
-    must be able to read (a job imports modules the pool did not preload)."""
+    must be able to read (a job imports modules the pool did not preload). That includes what
+    ``PYTHONPATH`` adds (a server run by a system interpreter over a virtual environment's packages)."""
     import coddl
 
     paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, *site.getsitepackages(),
-             str(Path(coddl.__file__).resolve().parent.parent)}
+             str(Path(coddl.__file__).resolve().parent.parent),
+             *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p))}
     return tuple(sorted(p for p in paths if os.path.isdir(p)))
 
 
