@@ -1,6 +1,6 @@
 """A small elastic training job for the runtime tests: linear regression on synthetic data through
 ``coddl.elastic``, with a fixed sleep per step (STEP_S) standing in for GPU compute, so that how long
-it runs does not depend on how busy this machine's cores are. Reads STEPS and GLOBAL_BATCH like the
+it runs does not depend on how busy this machine's cores are. Reads STEPS, GLOBAL_BATCH and LR like the
 examples; FAIL=1 makes every worker raise once it has joined (a job that can never succeed)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> None:
     data = torch.utils.data.TensorDataset(x, y)
     with elastic.session() as s:
         model = nn.Linear(16, 1)
-        model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=0.05))
+        model, opt = s.wrap(model, torch.optim.SGD(model.parameters(), lr=float(os.environ.get("LR", "0.05"))))
         if os.environ.get("FAIL") == "1":
             raise RuntimeError("tiny job told to fail")
         for xb, yb in s.batches(data, global_batch=batch, steps=steps):

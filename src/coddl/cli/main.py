@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from coddl.cli import cluster, estimate, experiment, metrics, queues, server, testbed, tokens, trace
+from coddl.cli import cluster, estimate, experiment, metrics, queues, server, study, testbed, tokens, trace
 from coddl.cli.policies import policies_cmd
 from coddl.cli.replay import replay_cmd
 from coddl.cli.simulate import simulate_cmd
@@ -22,6 +22,7 @@ app.add_typer(estimate.app, name="estimate", help="throughput estimation: calibr
 server.register(app)
 app.add_typer(tokens.app, name="token")
 app.add_typer(testbed.app, name="testbed")
+app.add_typer(study.app, name="study")
 app.add_typer(queues.app, name="queue", help="teams' queues: quotas, cohorts, limits, members (admins change them)")
 
 

@@ -1,0 +1,104 @@
+"""``coddl study run`` as a user runs it, against a real server: four trials of a real training
+script at once on four GPUs, the two diverging ones pruned by Optuna's threshold pruner, their jobs
+cancelled, and their GPUs handed to the two survivors (the event log shows the survivors' grows)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from runtime_live import TINY_JOB, Server, coddl
+
+pytestmark = pytest.mark.slow
+
+GOOD, BAD = 0.05, 1e-7  # SGD's learning rate on the tiny job's linear regression: converges / never moves
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("study") / "state", gpus=4, policy="max-min")
+    yield s
+    s.cleanup()
+
+
+def test_pruned_trials_are_cancelled_and_their_gpus_go_to_the_survivors(server, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(f"""
+name: lr-search
+trials: 4
+parallel: 4
+pruner: {{kind: threshold, upper: 1.0, min_resource: 40}}
+enqueue: [{{LR: {GOOD}}}, {{LR: {BAD}}}, {{LR: {GOOD}}}, {{LR: {BAD}}}]
+job:
+  command: python {TINY_JOB}
+  model: tiny
+  max_gpus: 4
+  steps: 400
+  batch_size: 32
+  env: {{STEP_S: "0.05"}}
+space:
+  LR: {{choices: [{GOOD}, {BAD}]}}
+""")
+    token = server.token("alice")
+    out = tmp_path / "study.json"
+    r = coddl("study", "run", str(study), "--server", server.url, "--token", token, "--out", str(out), timeout=400)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    got = json.loads(out.read_text())
+    states = {t["number"]: t["state"] for t in got["trials"]}
+    assert states == {0: "finished", 1: "pruned", 2: "finished", 3: "pruned"}, got["trials"]
+    assert got["best"]["params"] == {"LR": GOOD} and got["best"]["value"] < 1.0
+    assert "best: trial" in r.stdout and "2 finished, 2 pruned" in r.stdout
+
+    jobs = {t["number"]: server.job(t["job_id"]) for t in got["trials"]}
+    assert all(j["owner"] == "alice" and j["name"] == f"lr-search-{n}" for n, j in jobs.items())
+    cancelled_at = []
+    for n in (1, 3):
+        j = jobs[n]
+        assert j["status"] == "cancelled", j
+        kinds = [e["kind"] for e in j["events"]]
+        assert "cancel-requested" in kinds and j["steps_done"] < 400
+        cancelled_at.append(max(e["at"] for e in j["events"] if e["kind"] == "cancelled"))
+        held = {g for e in j["events"] if e["kind"] == "applied" and e["gpus_after"] for g in e["gpus_after"]}
+        assert held, j["events"]
+    freed = {g for n in (1, 3) for e in jobs[n]["events"] if e["kind"] == "applied" and e["gpus_after"]
+             for g in e["gpus_after"]}
+    grown = set()
+    for n in (0, 2):
+        j = jobs[n]
+        assert j["status"] == "finished" and j["steps_done"] == 400
+        grows = [e for e in j["events"] if e["kind"] == "planned" and e["action"] == "grow"
+                 and e["at"] >= min(cancelled_at) - 1e-3]
+        assert grows, f"trial {n} never grew after the pruned trials left: {j['events']}"
+        grown |= {g for e in grows for g in e["gpus_after"]}
+    assert freed & grown, (freed, grown)  # the survivors grew into GPUs the pruned trials had held
+
+
+def test_a_stored_study_continues_with_only_the_missing_trials(server, tmp_path):
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    token = server.token("bob")
+
+    def run(trials: int) -> dict:
+        study = tmp_path / "study.yaml"
+        study.write_text(f"""
+name: resumed
+trials: {trials}
+sampler: {{kind: random, seed: 3}}
+pruner: {{kind: none}}
+job: {{command: python {TINY_JOB}, model: tiny, max_gpus: 2, steps: 30, batch_size: 32, env: {{STEP_S: "0.02"}}}}
+space:
+  LR: {{low: 0.01, high: 0.1, log: true}}
+""")
+        out = tmp_path / f"out-{trials}.json"
+        r = coddl("study", "run", str(study), "--storage", db, "--server", server.url, "--token", token,
+                  "--out", str(out), timeout=300)
+        assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+        return json.loads(out.read_text())
+
+    first = run(2)
+    assert sorted(t["number"] for t in first["trials"]) == [0, 1]
+    assert all(t["state"] == "finished" for t in first["trials"])
+    second = run(3)
+    assert [t["number"] for t in second["trials"]] == [2]  # trials 0 and 1 are on record already
+    values = [t["value"] for t in first["trials"] + second["trials"]]
+    assert second["best"]["value"] == min(values)  # the best of the whole study, not of this run
+    assert run(3)["trials"] == []  # nothing missing: nothing runs

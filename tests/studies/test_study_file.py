@@ -1,0 +1,154 @@
+"""The study file as users write it: every mistake one line naming file, line and field (exit 2 from
+the CLI), and what a valid file becomes (the parameters Optuna suggests, the pruner it builds)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coddl.runtime.spec import SpecError
+from coddl.studies.runner import env_value, make_pruner, suggest
+from coddl.studies.spec import Parameter, load_study
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "examples" / "train_mlp.py"
+HEAD = f"name: s\ntrials: 4\njob: {{command: python {SCRIPT}, steps: 10}}\n"
+
+
+def study(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "study.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_the_bundled_example_loads_with_its_script_made_absolute(monkeypatch):
+    monkeypatch.chdir(REPO)
+    spec, job = load_study("examples/studies/mlp-lr.yaml")
+    assert spec.name == "mlp-lr" and spec.trials == 8 and spec.in_flight == 4 and set(spec.space) == {"LR", "GLOBAL_BATCH"}
+    assert Path(job.command[1]) == SCRIPT and job.max_gpus == 4 and job.steps == 200
+
+
+@pytest.mark.parametrize("text, says", [
+    (HEAD + "space: {LR: {low: 0.1, high: 0.01}}\n", "line 4: space.LR: must have finite low <= high"),
+    (HEAD + "space: {LR: {low: 0.1}}\n", "space.LR: needs low and high (a range) or choices (a list)"),
+    (HEAD + "space: {LR: {low: 0, high: 1, log: true}}\n", "space.LR: log: needs low > 0"),
+    (HEAD + "space: {LR: {low: 0.1, high: 1, choices: [1]}}\n", "give either choices or a range"),
+    (HEAD + "space: {LR: {choices: []}}\n", "choices: must list at least one value"),
+    (HEAD + "space: {N: {low: 1, high: 8, step: 2}}\n", "step: high - low (8 - 1) must be a multiple of step (2)"),
+    (HEAD + "space: {LR: {low: '0.1', high: 1}}\n", "space.LR.low"),
+    (HEAD + "space: {1LR: {low: 0.1, high: 1}}\n", "'1LR' is not an environment variable"),
+    (HEAD + "space: {CODDL_LR: {low: 0.1, high: 1}}\n", "not starting with a digit or CODDL_"),
+    (HEAD + "space: {}\n", "space: must name at least one parameter"),
+    (HEAD + "space: {LR: {low: 0.1, high: 1}}\nenqueue: [{LR: 5}]\n", "line 5: enqueue.0.LR: 5 is outside"),
+    (HEAD + "space: {LR: {low: 0.1, high: 1}}\nenqueue: [{LX: 0.5}]\n", "enqueue.0.LX: not a parameter of the space"),
+    (HEAD + "space: {B: {choices: [64, 128]}}\nenqueue: [{B: 96}]\n", "enqueue.0.B: 96 is outside the parameter's choices"),
+    (HEAD + "space: {B: {choices: [64]}}\nenqueue: [{B: 64}, {B: 64}, {B: 64}, {B: 64}, {B: 64}]\n",
+     "enqueue: lists 5 configurations for 4 trials"),
+    (HEAD + "space: {B: {choices: [64]}}\npruner: {kind: threshold}\n", "pruner: threshold: needs upper or lower"),
+    (HEAD + "space: {B: {choices: [64]}}\npruner: {kind: median, upper: 3}\n", "belong to the threshold pruner"),
+    (HEAD + "space: {B: {choices: [64]}}\npruner: {kind: asha}\n", "pruner.kind"),
+    (HEAD + "space: {B: {choices: [64]}}\nparallel: 0\n", "parallel: must be >= 1"),
+    ("name: s\ntrials: ten\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\n", "line 2: trials: must be an integer"),
+    ("name: s/../x\ntrials: 2\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\n", "name: must be 1-58"),
+    ("name: s\ntrials: 2\njob:\n  command: python x.py\n  max_gpus: 0\n  steps: 3\nspace: {B: {choices: [1]}}\n",
+     "line 5: job.max_gpus: must be >= min_gpus"),
+    ("name: s\ntrials: 2\njob: {command: python nowhere.py, steps: 3}\nspace: {B: {choices: [1]}}\n",
+     "job.command: no such script"),
+    (f"name: s\ntrials: 2\njob:\n  command: python {SCRIPT}\n  steps: 3\n  env: {{B: '1'}}\nspace: {{B: {{choices: [1]}}}}\n",
+     "job.env.B: is set by the search space"),
+    ("name: s\ntrials: 2\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\ncolour: red\n", "colour: unknown field"),
+    ("- a list\n", "expected a mapping of study fields"),
+])
+def test_a_mistake_is_one_line_naming_the_field(tmp_path, text, says):
+    with pytest.raises(SpecError) as e:
+        load_study(study(tmp_path, text))
+    msg = str(e.value)
+    assert msg.startswith(str(tmp_path / "study.yaml")) and says in msg and "\n" not in msg, msg
+
+
+def test_the_cli_says_it_in_one_line_with_exit_code_2(tmp_path):
+    p = study(tmp_path, HEAD + "space: {LR: {low: 0.1, high: 0.01}}\n")
+    r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--server", "http://127.0.0.1:9",
+                        "--token", "t"], capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "space.LR: must have finite low <= high" in r.stderr
+
+
+def test_an_unreachable_server_is_one_line_and_exit_1(tmp_path):
+    p = study(tmp_path, HEAD + "space: {LR: {low: 0.01, high: 0.1}}\n")
+    r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--server", "http://127.0.0.1:9",
+                        "--token", "t"], capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "cannot reach the coddl server" in r.stderr, r.stderr
+
+
+def test_a_storage_optuna_cannot_open_is_one_line(tmp_path):
+    p = study(tmp_path, HEAD + "space: {LR: {low: 0.01, high: 0.1}}\n")
+    r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--storage", "nosuch://x",
+                        "--server", "http://127.0.0.1:9", "--token", "t"],
+                       capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+    assert r.returncode == 2 and "--storage: cannot open 'nosuch://x'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+ranges = st.tuples(st.integers(-1000, 1000), st.integers(0, 1000), st.booleans(), st.sampled_from([None, 1, 3]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranges, st.integers(0, 2**31))
+def test_suggested_values_lie_in_the_parameters_range_and_type(r, seed):
+    low, width, as_float, step = r
+    width -= width % (step or 1)
+    if as_float:
+        p = Parameter(low=float(low), high=float(low + width), step=None if step is None else float(step))
+    else:
+        p = Parameter(low=low, high=low + width, step=step)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    for _ in range(3):
+        v = suggest(study.ask(), "x", p)
+        assert p.admits(v) and p.low <= v <= p.high
+        assert isinstance(v, int) is (not as_float)
+        if step is not None:
+            assert math.isclose((v - p.low) / step, round((v - p.low) / step), abs_tol=1e-6)
+
+
+def test_log_ranges_and_choices():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    p = Parameter(low=1e-5, high=1e-1, log=True)
+    values = [suggest(study.ask(), "lr", p) for _ in range(200)]
+    assert all(1e-5 <= v <= 1e-1 for v in values)
+    assert sum(v < 1e-3 for v in values) > 60  # log-uniform: half the decades lie below 1e-3 (linear: 1%)
+    c = Parameter(choices=[64, "adam", True])
+    assert {repr(suggest(study.ask(), "c", c)) for _ in range(60)} == {"64", "'adam'", "True"}
+    assert c.admits(64) and not c.admits(64.0) and not c.admits(1) and c.admits(True)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_a_float_reaches_the_trial_with_every_digit(x):
+    assert float(env_value(x)) == x
+
+
+def test_env_values_of_other_types():
+    assert (env_value(True), env_value(False), env_value(128), env_value("adam")) == ("1", "0", "128", "adam")
+
+
+def test_each_pruner_kind_is_optunas_with_the_files_settings(tmp_path):
+    from coddl.studies.spec import Pruner
+
+    sh = make_pruner(Pruner(kind="successive-halving", min_resource=40, reduction_factor=3), 200)
+    assert isinstance(sh, optuna.pruners.SuccessiveHalvingPruner)
+    assert (sh._min_resource, sh._reduction_factor) == (40, 3)
+    hb = make_pruner(Pruner(kind="hyperband", min_resource=10, reduction_factor=2), 300)
+    assert isinstance(hb, optuna.pruners.HyperbandPruner)
+    assert (hb._min_resource, hb._max_resource, hb._reduction_factor) == (10, 300, 2)
+    md = make_pruner(Pruner(kind="median", min_resource=5, startup_trials=2), None)
+    assert isinstance(md, optuna.pruners.MedianPruner) and (md._n_startup_trials, md._n_warmup_steps) == (2, 5)
+    th = make_pruner(Pruner(kind="threshold", upper=1.5, min_resource=7), None)
+    assert isinstance(th, optuna.pruners.ThresholdPruner) and (th._upper, th._n_warmup_steps) == (1.5, 7)
+    assert math.isinf(th._lower)
+    assert isinstance(make_pruner(Pruner(kind="none"), None), optuna.pruners.NopPruner)
