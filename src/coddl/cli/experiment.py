@@ -133,3 +133,40 @@ def aiturbo(
         console.print(t)
         files = exp.write(out, runs, rows)
         console.print(f"wrote {', '.join(str(f) for f in files)}")
+
+
+@app.command("fluid")
+def fluid(
+    out: Path = typer.Option(Path("results/fluid"), help="output directory"),
+    scenarios: Optional[str] = typer.Option(None, help="comma-separated: few, many, stream (default: all)"),
+    seeds: str = typer.Option("1,2,3", help="comma-separated seeds (models and trial quality order)"),
+    policies: Optional[str] = typer.Option(None, help="policies to compare; default: FIFO (one GPU per trial), "
+                                                     "max-min (Fluid's even split) and coddl's elastic policies"),
+    workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
+    ray_address: Optional[str] = RayAddressOpt,
+    ray_connect_timeout_s: float = RayTimeoutOpt,
+) -> None:
+    """Hyperparameter-tuning studies (successive halving) on 32 GPUs: how soon each allocation finds a
+    study's best trial, and at what GPU-hours (Fluid, MLSys'21)."""
+    from coddl.experiments import fluid as exp
+
+    with user_errors():
+        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
+        chosen = [s for s in scenarios.split(",") if s] if scenarios else list(exp.SCENARIOS)
+        for s in chosen:
+            if s not in exp.SCENARIOS:
+                raise fail(f"--scenarios: unknown scenario {s!r}; valid: {', '.join(exp.SCENARIOS)}")
+        reference = "fifo" if "fifo" in pols else pols[0]
+        runs = _run_with_progress(exp.run_all, chosen, seed_list, pols, None, workers,
+                                  lambda r: f"{r.scenario} {r.policy}", ray_address=ray_address,
+                                  ray_connect_timeout_s=ray_connect_timeout_s)
+        rows = exp.table(runs, reference)
+        t = Table(title=f"per study, mean over seeds; ratios ÷ {reference}")
+        for c in ("scenario", "policy", "makespan (h)", "to best (h)", "GPU-h to best", "to best ÷", "GPU-h ÷"):
+            t.add_column(c, justify="left" if c in ("scenario", "policy") else "right", overflow="fold")
+        for r in rows:
+            t.add_row(r.scenario, exp.LABELS.get(r.policy, r.policy), f"{r.makespan_h:.2f}", f"{r.best_h:.2f}",
+                      f"{r.gpu_hours_to_best:.1f}", f"{r.best_vs_fifo:.2f}", f"{r.gpu_hours_vs_fifo:.2f}")
+        console.print(t)
+        files = exp.write(out, runs, rows)
+        console.print(f"wrote {', '.join(str(f) for f in files)}")
