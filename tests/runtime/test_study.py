@@ -102,3 +102,24 @@ space:
     values = [t["value"] for t in first["trials"] + second["trials"]]
     assert second["best"]["value"] == min(values)  # the best of the whole study, not of this run
     assert run(3)["trials"] == []  # nothing missing: nothing runs
+
+
+def test_a_trial_whose_job_fails_is_recorded_failed_and_the_study_goes_on(server, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(f"""
+name: failing
+trials: 2
+pruner: {{kind: none}}
+enqueue: [{{FAIL: "1"}}, {{FAIL: "0"}}]
+job: {{command: python {TINY_JOB}, model: tiny, max_gpus: 1, steps: 20, batch_size: 32, env: {{STEP_S: "0.02"}}}}
+space:
+  FAIL: {{choices: ["0", "1"]}}
+""")
+    out = tmp_path / "out.json"
+    r = coddl("study", "run", str(study), "--server", server.url, "--token", server.token("carol"), "--out", str(out),
+              timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    trials = {t["number"]: t for t in json.loads(out.read_text())["trials"]}
+    assert trials[0]["state"] == "failed" and f"job {trials[0]['job_id']} failed" in trials[0]["message"]
+    assert trials[1]["state"] == "finished" and "1 finished, 0 pruned, 1 failed" in r.stdout
+    assert server.job(trials[0]["job_id"])["status"] == "failed"
