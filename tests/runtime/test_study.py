@@ -123,3 +123,43 @@ space:
     assert trials[0]["state"] == "failed" and f"job {trials[0]['job_id']} failed" in trials[0]["message"]
     assert trials[1]["state"] == "finished" and "1 finished, 0 pruned, 1 failed" in r.stdout
     assert server.job(trials[0]["job_id"])["status"] == "failed"
+
+
+def test_ctrl_c_cancels_the_trials_in_flight(server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from runtime_live import wait_for
+
+    study = tmp_path / "study.yaml"
+    study.write_text(f"""
+name: interrupted
+trials: 4
+parallel: 2
+pruner: {{kind: none}}
+job: {{command: python {TINY_JOB}, model: tiny, max_gpus: 1, steps: 2000, batch_size: 32, env: {{STEP_S: "0.05"}}}}
+space:
+  LR: {{low: 0.01, high: 0.1}}
+""")
+    token = server.token("dave")
+    proc = subprocess.Popen([sys.executable, "-m", "coddl.cli", "study", "run", str(study), "--server", server.url,
+                             "--token", token], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    try:
+        def mine() -> list[dict]:
+            return server.admin.get("/jobs", params={"user": "dave"}).json()
+
+        wait_for(lambda: sum(j["status"] == "running" for j in mine()) == 2, 120, "two trials running")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "interrupted: 2 trial(s) in flight cancelled" in err and "Traceback" not in err, err
+    def ended() -> list[dict] | None:
+        js = mine()
+        return js if all(j["terminal"] for j in js) else None
+
+    jobs = wait_for(ended, 60, "the trials' jobs ended")
+    assert len(jobs) == 2 and all(j["status"] == "cancelled" for j in jobs), jobs

@@ -70,6 +70,11 @@ def run(study_file: Path = typer.Argument(..., metavar="STUDY", help="study YAML
         except ClientError as e:
             err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            stopped = sum(r.state == "stopped" for r in records)
+            err_console.print(f"interrupted: {stopped} trial(s) in flight cancelled"
+                              + (" (the study continues with the same --storage)" if storage else ""))
+            raise typer.Exit(130) from None
     best = result.best
     console.print(trials_table(result.trials, best.number if best else None))
     counts = {s: sum(r.state == s for r in result.trials) for s in ("finished", "pruned", "failed")}
