@@ -146,6 +146,13 @@ def test_the_installation_is_shown_through_a_private_tmp_but_never_what_it_holds
     # a PYTHONPATH entry that holds the state directory would carry it along: never shown
     assert put_back((str(tmp_path),), ("/tmp", "/var"), (str(state),)) == []
     assert put_back((str(tmp_path / "p"),), covered, (str(state),)) == [str(tmp_path / "p")]
+    # a link is judged by where it leads: one to the state's parent shows nothing
+    (tmp_path / "p" / "link").symlink_to(tmp_path)
+    assert put_back((str(tmp_path / "p" / "link"),), covered, (str(state),)) == []
+    (tmp_path / "p" / "to-src").symlink_to(src)
+    assert put_back((str(tmp_path / "p" / "to-src"),), covered, (str(state),)) == [str(src)]
+    # nor is a covered directory itself ever shown (a PYTHONPATH of /tmp would show the host's /tmp)
+    assert put_back(("/tmp", str(tmp_path)), covered, ()) == []
 
 
 def test_a_pythonpath_directory_is_part_of_the_installation(tmp_path, monkeypatch):

@@ -163,3 +163,49 @@ space:
 
     jobs = wait_for(ended, 60, "the trials' jobs ended")
     assert len(jobs) == 2 and all(j["status"] == "cancelled" for j in jobs), jobs
+
+
+def test_a_diverging_trial_is_never_a_finished_one(server, tmp_path):
+    """LR 1.5 on the tiny regression: the loss grows about 4x a step, finite in the first reports, then
+    inf and NaN (the API sends those as nothing);
+    without a pruner the trial must end failed, not finished on the last finite loss it reported."""
+    study = tmp_path / "study.yaml"
+    study.write_text(f"""
+name: diverging
+trials: 2
+pruner: {{kind: none}}
+enqueue: [{{LR: 1.5}}, {{LR: 0.05}}]
+job: {{command: python {TINY_JOB}, model: tiny, max_gpus: 1, steps: 120, batch_size: 32, env: {{STEP_S: "0.02"}}}}
+space:
+  LR: {{choices: [1.5, 0.05]}}
+""")
+    out = tmp_path / "out.json"
+    r = coddl("study", "run", str(study), "--server", server.url, "--token", server.token("erin"), "--out", str(out),
+              timeout=300)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    trials = {t["number"]: t for t in json.loads(out.read_text())["trials"]}
+    assert trials[0]["state"] == "failed" and "diverged" in trials[0]["message"], trials[0]
+    assert trials[1]["state"] == "finished" and json.loads(out.read_text())["best"]["number"] == 1
+
+
+def test_stopping_a_trial_whose_job_just_ended_is_no_error(server):
+    from coddl.runtime.client import Client, ClientError, Endpoint
+    from coddl.studies.runner import TrialRun
+
+    from runtime_live import tiny_job
+
+    job_id = server.submit(tiny_job("ended", 5, max_gpus=1, step_s=0.01))
+    server.wait_job(job_id, lambda j: j["status"] == "finished", 120, "finished")
+    with Client(Endpoint(server.url, server.admin_token)) as client:
+        try:
+            client.cancel(job_id)
+        except ClientError as e:
+            assert e.status == 409, e
+        else:
+            raise AssertionError("cancelling a finished job was accepted")
+        run = TrialRun.__new__(TrialRun)  # only its bookkeeping: the trial it ran is not needed to stop it
+        from coddl.studies.runner import TrialRecord
+
+        run.record = TrialRecord(0, {}, job_id)
+        run.stop(client, "the study was interrupted")
+        assert run.record.state == "stopped" and run.record.message == "the study was interrupted"

@@ -32,8 +32,11 @@ def test_rungs_and_survivors_by_hand():
     # of 8 trials at η = 3: the best two pass the first rung, the other six stop there
     assert [stop_rung(q, 8, 3, 2) for q in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
     assert [stop_rung(q, 81, 3, 5) for q in (0, 1, 2, 3, 8, 9, 26, 27, 80)] == [4, 3, 3, 2, 2, 1, 1, 0, 0]
-    with pytest.raises(ValueError):
-        rungs(0, 1.0, 3)
+    # with fewer rungs than the trials would allow, whoever passes the others stops at the last one
+    assert [stop_rung(q, 81, 3, 2) for q in (0, 5, 26, 27)] == [1, 1, 1, 0]
+    for bad in ((0, 1.0, 3), (5, 1.0, 1), (5, 0.0, 3), (5, float("nan"), 3)):
+        with pytest.raises(ValueError, match=r"rungs: need trials >= 1, eta >= 2 and full > 0"):
+            rungs(bad[0], bad[1], bad[2])
 
 
 @given(st.integers(1, 400), st.integers(2, 5))
@@ -57,6 +60,12 @@ def test_a_workload_of_81_trials_does_the_work_successive_halving_leaves():
     assert work_a[-1] == full and work_a[-2] < full  # one trial runs to the end: the best
     assert w.jobs[a.best].total_work == full and w.jobs[b.best].total_work == full
     assert all(j.requested_gpus == 1 and j.user == f"study-{j.extra['study']}" for j in w.jobs)
+    assert [j.extra["trial"] for j in w.jobs] == [*range(81), *range(8)] and [j.job_id for j in w.jobs] == [*range(89)]
+    assert (a.name, b.name, a.model, b.model) == ("study-0", "study-1", "lin", "lin")
+    # by default the studies arrive together, and the seed is 0
+    assert study_workload([4, 4], curves, ["lin"], trial_s=9.0) == study_workload([4, 4], curves, ["lin"], trial_s=9.0,
+                                                                                    interval_s=0.0, seed=0)
+    assert {j.arrival for j in study_workload([4, 4], curves, ["lin"], trial_s=9.0).jobs} == {0.0}
     again = study_workload([81, 8], curves, ["lin"], trial_s=81.0, eta=3, interval_s=100.0, seed=4)
     assert again == w  # seeded: the same seed gives the same studies
     others = [study_workload([81], curves, ["lin"], trial_s=81.0, seed=s).studies[0].best for s in range(5)]
@@ -76,6 +85,21 @@ def test_a_study_of_three_trials_by_hand():
         (o,) = study_outcomes(res, w)
         assert math.isclose(o.best_h * 3600, best_s) and math.isclose(o.makespan_h * 3600, best_s), policy
         assert math.isclose(o.gpu_hours_to_best * 3600, 6000.0) and math.isclose(o.gpu_hours * 3600, 6000.0), policy
+        assert o.study == "study-0"
+
+
+def test_each_study_counts_its_own_trials_from_its_own_arrival():
+    """Two such studies, the second 100 s later, FIFO on 6 GPUs: each trial has a GPU at once, so each
+    study takes an hour from its arrival and spends 6000 GPU-s (not the other study's as well)."""
+    curves = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
+    w = study_workload([3, 3], curves, ["lin"], trial_s=3600.0, eta=3, interval_s=100.0, seed=0)
+    res = simulate(list(w.jobs), Scheduler(Cluster.homogeneous(1, 6), make_policy("fifo"), curves), check=True)
+    for o in study_outcomes(res, w):
+        assert math.isclose(o.makespan_h, 1.0) and math.isclose(o.best_h, 1.0), o
+        assert math.isclose(o.gpu_hours * 3600, 6000.0) and math.isclose(o.gpu_hours_to_best * 3600, 6000.0), o
+    empty = SimResult("p", res.records, 6, 0)  # a run without its timeline cannot say
+    with pytest.raises(ValueError, match=r"needs the run's timeline \(simulate\(\.\.\., record_timeline=True\)\)"):
+        study_outcomes(empty, w)
 
 
 def test_gpu_seconds_stop_at_the_cutoff_and_at_the_jobs_finish():
@@ -84,10 +108,12 @@ def test_gpu_seconds_stop_at_the_cutoff_and_at_the_jobs_finish():
 
     spec = JobSpec(job_id=7, arrival=0.0, requested_gpus=1, total_work=1.0, model="m")
     res = SimResult("p", [JobRecord(spec, "finished", 50.0, 0.0, 0.0, 2)], 8, 0,
-                    timeline=[(0.0, 7, 2), (10.0, 7, 4), (30.0, 7, 1), (5.0, 9, 3)])
+                    timeline=[(0.0, 5, 8), (0.0, 7, 2), (5.0, 9, 3), (10.0, 7, 4), (30.0, 7, 1), (40.0, 9, 1)])
     assert gpu_seconds_until(res, {7: math.inf}) == {7: 2 * 10 + 4 * 20 + 1 * 20}
     assert gpu_seconds_until(res, {7: 20.0}) == {7: 2 * 10 + 4 * 10}
     assert gpu_seconds_until(res, {7: 5.0}) == {7: 10.0}
+    # job 9 has no record (still running when the run was cut): it counts up to the cutoff
+    assert gpu_seconds_until(res, {9: 60.0, 7: 60.0}) == {9: 3 * 35 + 1 * 20, 7: 120.0}
 
 
 def test_the_fluid_experiment_as_a_user_runs_it(tmp_path):

@@ -18,7 +18,7 @@ from coddl.studies.runner import env_value, make_pruner, suggest
 from coddl.studies.spec import Parameter, load_study
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "examples" / "train_mlp.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "runtime" / "tiny_job.py"  # a script that exists
 HEAD = f"name: s\ntrials: 4\njob: {{command: python {SCRIPT}, steps: 10}}\n"
 
 
@@ -32,7 +32,7 @@ def test_the_bundled_example_loads_with_its_script_made_absolute(monkeypatch):
     monkeypatch.chdir(REPO)
     spec, job = load_study("examples/studies/mlp-lr.yaml")
     assert spec.name == "mlp-lr" and spec.trials == 8 and spec.in_flight == 4 and set(spec.space) == {"LR", "GLOBAL_BATCH"}
-    assert Path(job.command[1]) == SCRIPT and job.max_gpus == 4 and job.steps == 200
+    assert Path(job.command[1]) == REPO / "examples" / "train_mlp.py" and job.max_gpus == 4 and job.steps == 200
 
 
 @pytest.mark.parametrize("text, says", [
@@ -41,6 +41,14 @@ def test_the_bundled_example_loads_with_its_script_made_absolute(monkeypatch):
     (HEAD + "space: {LR: {low: 0, high: 1, log: true}}\n", "space.LR: log: needs low > 0"),
     (HEAD + "space: {LR: {low: 0.1, high: 1, choices: [1]}}\n", "give either choices or a range"),
     (HEAD + "space: {LR: {choices: []}}\n", "choices: must list at least one value"),
+    (HEAD + "space: {X: {low: -1.0e308, high: 1.0e308}}\n", "space.X: the range from -1e+308 to 1e+308 is wider than"),
+    (HEAD + "space: {X: {low: 0, high: 10, step: 1.0e-30}}\n", "space.X: step: 1e-30 makes more than 1,000,000,000"),
+    (HEAD + "space: {X: {choices: [null]}}\n", "line 4: space.X.choices.0: "),
+    (HEAD + "space: {X: {choices: [1]}}\nsampler: {seed: -1}\n", "line 5: sampler.seed: must be >= 0"),
+    ("name: s\ntrials: 2\njob: {name: mine, command: python x.py}\nspace: {B: {choices: [1]}}\n",
+     "line 3: job.name: trials are named <study>-<n> (here s-0, s-1, ...)"),
+    (f"name: s\ntrials: 2\npruner: {{min_resource: 50}}\njob: {{command: python {SCRIPT}, steps: 50}}\nspace: {{B: {{choices: [1]}}}}\n",
+     "line 3: pruner.min_resource: 50 is not below the job's 50 steps"),
     (HEAD + "space: {N: {low: 1, high: 8, step: 2}}\n", "step: high - low (8 - 1) must be a multiple of step (2)"),
     (HEAD + "space: {LR: {low: '0.1', high: 1}}\n", "space.LR.low"),
     (HEAD + "space: {1LR: {low: 0.1, high: 1}}\n", "'1LR' is not an environment variable"),
@@ -88,12 +96,25 @@ def test_an_unreachable_server_is_one_line_and_exit_1(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr and "cannot reach the coddl server" in r.stderr, r.stderr
 
 
+def test_an_output_file_in_no_directory_is_refused_before_anything_runs(tmp_path):
+    p = study(tmp_path, HEAD + "space: {LR: {low: 0.01, high: 0.1}}\n")
+    r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--out", str(tmp_path / "no" / "o.json"),
+                        "--server", "http://127.0.0.1:9", "--token", "t"],
+                       capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+    assert r.returncode == 2 and f"--out: no such directory {tmp_path / 'no'}" in r.stderr, r.stderr
+
+
 def test_a_storage_optuna_cannot_open_is_one_line(tmp_path):
     p = study(tmp_path, HEAD + "space: {LR: {low: 0.01, high: 0.1}}\n")
     r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--storage", "nosuch://x",
                         "--server", "http://127.0.0.1:9", "--token", "t"],
                        capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
     assert r.returncode == 2 and "--storage: cannot open 'nosuch://x'" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = subprocess.run([sys.executable, "-m", "coddl.cli", "study", "run", str(p), "--storage",
+                        "postgresql+psycopg://u:s3cret@127.0.0.1:9/db", "--server", "http://127.0.0.1:9", "--token", "t"],
+                       capture_output=True, text=True, timeout=120, env={"COLUMNS": "300", "PATH": ""})
+    assert r.returncode == 2 and "--storage: cannot open 'postgresql+psycopg://u:***@127.0.0.1:9/db'" in r.stderr, r.stderr
+    assert "s3cret" not in r.stderr
 
 
 ranges = st.tuples(st.integers(-1000, 1000), st.integers(0, 1000), st.booleans(), st.sampled_from([None, 1, 3]))

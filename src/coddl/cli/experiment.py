@@ -20,13 +20,18 @@ console = stdout_console()
 
 def _policies_and_seeds(policies: str | None, default: list[str], seeds: str) -> tuple[list[str], list[int]]:
     """Validate both before any simulation starts (a bad one is a one-line error, exit 2)."""
-    pols = split_policy_list(policies) if policies else default
+    pols = split_policy_list(policies) if policies is not None else default
+    if not pols:
+        raise fail("--policies: name at least one policy (see `coddl policies`)")
     for p in pols:
         make_policy(p)
     try:
-        return pols, [int(s) for s in seeds.split(",") if s]
+        seed_list = [int(s) for s in seeds.split(",") if s]
     except ValueError:
         raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+    if not seed_list:
+        raise fail("--seeds: name at least one seed")
+    return pols, seed_list
 
 
 RayAddressOpt = typer.Option(None, "--ray-address", help="HOST:PORT of a Ray cluster to run the grid on, one task per "
@@ -152,7 +157,9 @@ def fluid(
 
     with user_errors():
         pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
-        chosen = [s for s in scenarios.split(",") if s] if scenarios else list(exp.SCENARIOS)
+        chosen = [s for s in scenarios.split(",") if s] if scenarios is not None else list(exp.SCENARIOS)
+        if not chosen:
+            raise fail("--scenarios: name at least one scenario: " + ", ".join(exp.SCENARIOS))
         for s in chosen:
             if s not in exp.SCENARIOS:
                 raise fail(f"--scenarios: unknown scenario {s!r}; valid: {', '.join(exp.SCENARIOS)}")

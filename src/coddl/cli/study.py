@@ -55,9 +55,11 @@ def run(study_file: Path = typer.Argument(..., metavar="STUDY", help="study YAML
         spec, job = load_study(study_file)
     except SpecError as e:
         raise fail(str(e)) from None
+    if out is not None and not out.parent.is_dir():
+        raise fail(f"--out: no such directory {out.parent}")
     endpoint = resolve(server, token, state_dir)
     records: list = []
-    with Live(trials_table(records), console=console, refresh_per_second=2, transient=not console.is_terminal) as live:
+    with Live(trials_table(records), console=console, refresh_per_second=2, transient=True) as live:
         def changed(rec) -> None:
             if rec not in records:
                 records.append(rec)
@@ -83,7 +85,7 @@ def run(study_file: Path = typer.Argument(..., metavar="STUDY", help="study YAML
     if best is None:
         console.print("[red]no trial finished[/red]")
     else:
-        params = " ".join(f"{k}={_value(v)}" for k, v in best.params.items())
+        params = " ".join(f"{k}={v!r}" for k, v in best.params.items())  # in full: to be copied
         console.print(f"best: trial {best.number} (job {best.job_id}) loss {best.value:.4g} with {escape(params)}")
     if out is not None:
         out.write_text(json.dumps({"study": spec.name, "direction": spec.direction, "wall_s": result.wall_s,

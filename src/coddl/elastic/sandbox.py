@@ -222,10 +222,15 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
 
 def put_back(expose: tuple[str, ...], covered: tuple[str, ...], hide: tuple[str, ...]) -> list[str]:
     """Which installation directories to show through what covers them: the outermost of those under a
-    covered directory, never one that holds a hidden directory (a clone of it would carry the hidden
-    one along, since the clones are taken before the overlays are mounted)."""
-    chosen = [p for p in dict.fromkeys(expose) if os.path.isdir(p) and any(_inside(p, b) for b in covered)
-              and not any(_inside(h, p) for h in hide)]
+    covered directory, by their real paths (a link is followed when the tree is cloned, so it is judged
+    by where it leads). Never one that is or holds a covered or hidden directory: a clone of it would
+    carry that one along (the clones are taken before the overlays are mounted), so a PYTHONPATH of
+    ``/tmp`` or of a link to the state's parent shows nothing. Whatever this leaves out is simply not
+    there for the job (an import fails); nothing private is ever shown."""
+    real = [os.path.realpath(c) for c in (*covered, *hide)]
+    chosen = [r for p in dict.fromkeys(expose) if os.path.isdir(r := os.path.realpath(p))
+              and any(_inside(r, b) for b in real[:len(covered)]) and not any(_inside(c, r) for c in real)]
+    chosen = list(dict.fromkeys(chosen))
     return [p for p in chosen if not any(q != p and _inside(p, q) for q in chosen)]
 
 

@@ -18,7 +18,12 @@ from coddl.runtime.spec import JobFile
 
 
 class ClientError(Exception):
-    """A request that did not succeed, as one line (status and the server's detail)."""
+    """A request that did not succeed, as one line (status and the server's detail); ``status`` is the
+    HTTP status (None: the server was not reached)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ class Client:
             detail = r.json().get("detail", r.text)
         except (json.JSONDecodeError, AttributeError):
             detail = r.text
-        raise ClientError(f"{r.status_code} {r.reason_phrase}: {detail}{_HINTS.get(r.status_code, '')}")
+        raise ClientError(f"{r.status_code} {r.reason_phrase}: {detail}{_HINTS.get(r.status_code, '')}", r.status_code)
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:
         try:

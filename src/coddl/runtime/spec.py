@@ -297,7 +297,7 @@ def script_argv(argv: list[str]) -> tuple[str, list[str]]:
     return script, argv[i + 1:]
 
 
-_UNION_TAG = re.compile(r"^(str|int|none|list\[.*\]|dict\[.*\]|function-\w+\[.*\])$")
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|function-\w+\[.*\])$")
 _TYPE_NAMES = {"dict": "a mapping", "list": "a list", "NoneType": "nothing (null)", "str": "text", "bool": "a boolean",
                "int": "an integer", "float": "a number"}
 

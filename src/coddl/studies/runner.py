@@ -11,7 +11,8 @@ is the trial's value.
 The same objective works in a user's own Optuna code::
 
     objective = CoddlObjective(endpoint, job_template, space)
-    optuna.create_study(pruner=optuna.pruners.HyperbandPruner()).optimize(objective, n_trials=20, n_jobs=4)
+    study = optuna.create_study(pruner=optuna.pruners.HyperbandPruner())
+    study.optimize(objective, n_trials=20, n_jobs=4, catch=(TrialFailed,))
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import optuna
 
-from coddl.runtime.client import Client, Endpoint
+from coddl.runtime.client import Client, ClientError, Endpoint
 from coddl.runtime.spec import JobFile
 from coddl.studies.spec import Parameter, Pruner, Sampler, StudyFile
 
@@ -108,44 +109,62 @@ class TrialRun:
 
     def advance(self, client: Client) -> bool:
         """Look at the job once; True when the trial is over (``record.state`` says how: finished,
-        pruned — its job cancelled here — or failed)."""
+        pruned — its job cancelled here — or failed). A loss that stops being a number after it was one
+        (the server sends a NaN as nothing) is a diverged run: Optuna gets NaN, which every pruner
+        prunes, and a trial that ends that way has failed rather than finished on a stale value."""
         rec = self.record
         view = client.job(rec.job_id)
         fresh = False
         for s in view.get("samples", []):
             loss, step = s.get("loss"), int(s["step"])
-            if loss is None or not math.isfinite(loss) or step in self._reported:
-                continue
-            self.trial.report(float(loss), step)
+            if step in self._reported or (loss is None and self._last is None):
+                continue  # already told, or a job that reports no loss (yet)
+            value = float(loss) if loss is not None and math.isfinite(loss) else math.nan
+            self.trial.report(value, step)
             self._reported.add(step)
-            self._last, fresh = float(loss), True
+            self._last, fresh = value, True
             rec.steps = max(rec.steps, step)
         rec.steps = max(rec.steps, int(view.get("steps_done") or 0))
         if view["terminal"]:
-            if view["status"] == "finished" and self._last is not None:
+            if view["status"] == "finished" and self._last is not None and math.isfinite(self._last):
                 rec.state, rec.value = "finished", self._last
             else:
                 rec.state = "failed"
-                rec.message = (f"job {rec.job_id} reported no loss" if view["status"] == "finished" else
-                               f"job {rec.job_id} {view['status']}" + (f": {view['message']}" if view.get("message") else ""))
+                rec.message = (f"job {rec.job_id} {view['status']}" + (f": {view['message']}" if view.get("message") else "")
+                               if view["status"] != "finished" else f"job {rec.job_id} reported no loss"
+                               if self._last is None else f"job {rec.job_id}'s loss diverged (not a number)")
             return True
         if fresh and self.trial.should_prune():
-            client.cancel(rec.job_id)
-            rec.state, rec.message = "pruned", f"pruned at step {rec.steps}"
+            self._cancel(client)
+            rec.state = "pruned"
+            rec.message = f"pruned at step {rec.steps}" + (" (its loss diverged)" if not math.isfinite(self._last) else "")
             return True
         return False
 
-    def stop(self, client: Client, why: str) -> None:
-        """Cancel the trial's job (the study is being stopped)."""
-        if self.record.job_id is not None:
+    def _cancel(self, client: Client) -> None:
+        """Cancel the job; one that ended meanwhile (409) is over already."""
+        try:
             client.cancel(self.record.job_id)
+        except ClientError as e:
+            if e.status != 409:
+                raise
+
+    def stop(self, client: Client, why: str) -> None:
+        """Cancel the trial's job (the study is being stopped); never raises, so that stopping one
+        trial cannot keep the others running."""
+        if self.record.job_id is not None:
+            try:
+                self._cancel(client)
+            except ClientError as e:
+                why = f"{why}; its job {self.record.job_id} may still run: {e}"
         self.record.state, self.record.message = "stopped", why
 
 
 @dataclass
 class CoddlObjective:
     """An Optuna objective that runs each trial as a coddl job on the server at ``endpoint``; for a
-    user's own ``study.optimize`` (any ``n_jobs``: each call has its own connection)."""
+    user's own ``study.optimize`` (any ``n_jobs``: each call has its own connection). A trial whose job
+    fails raises TrialFailed: pass ``catch=(TrialFailed,)`` to ``optimize`` so that the study goes on."""
 
     endpoint: Endpoint
     job: JobFile
@@ -195,13 +214,13 @@ def _tell(study: optuna.Study, run: TrialRun) -> None:
 def open_study(spec: StudyFile, job: JobFile, storage: str | None) -> optuna.Study:
     """The Optuna study, new or (with ``storage``) continued; StudyError when it cannot be."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler, pruner = make_sampler(spec.sampler), make_pruner(spec.pruner, job.steps)
     try:
         study = optuna.create_study(study_name=spec.name, storage=storage, load_if_exists=storage is not None,
-                                    direction=spec.direction, sampler=make_sampler(spec.sampler),
-                                    pruner=make_pruner(spec.pruner, job.steps))
+                                    direction=spec.direction, sampler=sampler, pruner=pruner)
     except Exception as e:  # SQLAlchemy's and Optuna's own errors for a bad URL or an unusable database
-        raise StudyError(f"--storage: cannot open {storage!r}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") \
-            from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StudyError(f"--storage: cannot open {_shown(storage)}: {why}") from None
     if study.direction.name.lower() != spec.direction:
         raise StudyError(f"--storage: the stored study {spec.name!r} is to {study.direction.name.lower()}, "
                          f"this file says {spec.direction}")
@@ -211,15 +230,29 @@ def open_study(spec: StudyFile, job: JobFile, storage: str | None) -> optuna.Stu
     return study
 
 
+def _shown(url: str | None) -> str:
+    """A storage URL as it may be printed: without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except Exception:  # not a URL at all: nothing in it to hide
+        return repr(url)
+
+
+DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+
+
 def run_study(spec: StudyFile, job: JobFile, endpoint: Endpoint, *, storage: str | None = None,
               on_change: Callable[[TrialRecord], None] = lambda _r: None, poll_s: float = POLL_S) -> StudyResult:
     """Run the study to its end: ``spec.trials`` trials, ``spec.in_flight`` at a time, asked of Optuna
     and told their outcome one by one (its ask-and-tell interface, in this one thread). With
     ``storage`` (an Optuna database URL such as ``sqlite:///study.db``) a study of the same name
-    continues where it stopped: only the trials still missing are run. On Ctrl-C the trials in flight
-    are cancelled and recorded as failed before the interrupt goes on."""
+    continues where it stopped: only the trials still missing are run (those that failed or were
+    interrupted are run again). On Ctrl-C the trials in flight are cancelled and recorded as failed
+    before the interrupt goes on."""
     study = open_study(spec, job, storage)
-    todo = max(spec.trials - sum(t.state.is_finished() for t in study.trials), 0)
+    todo = max(spec.trials - sum(t.state in DONE for t in study.trials), 0)
     flying: list[TrialRun] = []
     records: list[TrialRecord] = []
     t0 = time.monotonic()
@@ -228,9 +261,9 @@ def run_study(spec: StudyFile, job: JobFile, endpoint: Endpoint, *, storage: str
             while todo or flying:
                 while todo and len(flying) < spec.in_flight:
                     run = TrialRun(study.ask(), job, spec.space, spec.name)
-                    run.submit(client)
-                    flying.append(run)
+                    flying.append(run)  # before its submission, so that a refused one is told too
                     records.append(run.record)
+                    run.submit(client)
                     todo -= 1
                     on_change(run.record)
                 for run in list(flying):
@@ -243,9 +276,10 @@ def run_study(spec: StudyFile, job: JobFile, endpoint: Endpoint, *, storage: str
                         on_change(run.record)
                 if flying:
                     time.sleep(poll_s)
-        except BaseException:
+        except BaseException as e:
+            why = "the study was interrupted" if isinstance(e, KeyboardInterrupt) else f"the study stopped: {e}"
             for run in flying:
-                run.stop(client, "the study was interrupted")
+                run.stop(client, why)
                 _tell(study, run)
                 on_change(run.record)
             raise

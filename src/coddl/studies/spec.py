@@ -44,6 +44,7 @@ from coddl.runtime.yaml_safe import YamlFileError, dotted
 from coddl.runtime.yaml_safe import read_file as read_yaml_file
 
 MAX_TRIALS = 10_000
+MAX_STEPS = 10**9  # values of a stepped range (Optuna counts them exactly)
 MAX_STUDY_BYTES = 1 << 20
 
 Scalar = StrictBool | StrictInt | StrictFloat | StrictStr
@@ -78,8 +79,12 @@ class Parameter(BaseModel):
             raise ValueError(f"log: needs low > 0, got {self.low}")
         if self.log and self.step is not None:
             raise ValueError("give log or step, not both")
+        if not math.isfinite(self.high - self.low):
+            raise ValueError(f"the range from {self.low} to {self.high} is wider than a float can hold")
         if self.step is not None:
             n = (self.high - self.low) / self.step
+            if n > MAX_STEPS:
+                raise ValueError(f"step: {self.step} makes more than {MAX_STEPS:,} values between low and high")
             if abs(n - round(n)) > 1e-9 * max(1.0, abs(n)):
                 raise ValueError(f"step: high - low ({self.high} - {self.low}) must be a multiple of step ({self.step})")
         return self
@@ -133,7 +138,7 @@ class Sampler(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["tpe", "random"] = "tpe"
-    seed: int | None = Field(None, strict=True)
+    seed: int | None = Field(None, ge=0, le=2**32 - 1, strict=True)
 
 
 class StudyFile(BaseModel):
@@ -221,6 +226,9 @@ def load_study(path: Path | str) -> tuple[StudyFile, JobFile]:
         study = validate(StudyFile, data, str(p), what="study")
     except SpecError as e:
         raise located(e) from None
+    if "name" in study.job:
+        raise located(SpecError(f"{p}: name: trials are named <study>-<n> (here {study.name}-0, {study.name}-1, ...); "
+                                "remove the job's name", "name"), "job.")
     env = study.job.get("env")
     for name in study.space:
         if isinstance(env, dict) and name in env:
@@ -230,6 +238,9 @@ def load_study(path: Path | str) -> tuple[StudyFile, JobFile]:
         job = parse_job({**study.job, "name": study.name}, str(p))  # each trial's job is renamed <name>-<n>
     except SpecError as e:
         raise located(e, "job.") from None
+    if job.steps is not None and study.pruner.kind != "none" and study.pruner.min_resource >= job.steps:
+        raise located(SpecError(f"{p}: pruner.min_resource: {study.pruner.min_resource} is not below the job's "
+                                f"{job.steps} steps, so no trial could ever be pruned", "pruner.min_resource"))
     job = job.with_absolute_paths(Path(os.getcwd()))
     if job.command is not None and job.kind == "elastic":
         script, _ = script_argv(job.command)
