@@ -66,6 +66,7 @@ def test_a_workload_of_81_trials_does_the_work_successive_halving_leaves():
     assert study_workload([4, 4], curves, ["lin"], trial_s=9.0) == study_workload([4, 4], curves, ["lin"], trial_s=9.0,
                                                                                     interval_s=0.0, seed=0)
     assert {j.arrival for j in study_workload([4, 4], curves, ["lin"], trial_s=9.0).jobs} == {0.0}
+    assert study_workload([9], curves, ["lin"], trial_s=9.0).studies[0].rungs == (2.0, 6.0, 18.0)  # η = 3 by default
     again = study_workload([81, 8], curves, ["lin"], trial_s=81.0, eta=3, interval_s=100.0, seed=4)
     assert again == w  # seeded: the same seed gives the same studies
     others = [study_workload([81], curves, ["lin"], trial_s=81.0, seed=s).studies[0].best for s in range(5)]
@@ -98,7 +99,7 @@ def test_each_study_counts_its_own_trials_from_its_own_arrival():
         assert math.isclose(o.makespan_h, 1.0) and math.isclose(o.best_h, 1.0), o
         assert math.isclose(o.gpu_hours * 3600, 6000.0) and math.isclose(o.gpu_hours_to_best * 3600, 6000.0), o
     empty = SimResult("p", res.records, 6, 0)  # a run without its timeline cannot say
-    with pytest.raises(ValueError, match=r"needs the run's timeline \(simulate\(\.\.\., record_timeline=True\)\)"):
+    with pytest.raises(ValueError, match=r"^study_outcomes needs the run's timeline \(simulate\(\.\.\., record_timeline=True\)\)$"):
         study_outcomes(empty, w)
 
 

@@ -4,6 +4,7 @@ the CLI), and what a valid file becomes (the parameters Optuna suggests, the pru
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,8 @@ def test_the_bundled_example_loads_with_its_script_made_absolute(monkeypatch):
     (HEAD + "space: {LR: {choices: []}}\n", "choices: must list at least one value"),
     (HEAD + "space: {X: {low: -1.0e308, high: 1.0e308}}\n", "space.X: the range from -1e+308 to 1e+308 is wider than"),
     (HEAD + "space: {X: {low: 0, high: 10, step: 1.0e-30}}\n", "space.X: step: 1e-30 makes more than 1,000,000,000"),
-    (HEAD + "space: {X: {choices: [null]}}\n", "line 4: space.X.choices.0: "),
+    (HEAD + "space: {X: {choices: [null]}}\n", "line 4: space.X.choices: each choice must be a number, text or true/false, got None"),
+    (HEAD + "space: {X: {choices: [[1, 2]]}}\n", "each choice must be a number, text or true/false, got [1, 2]"),
     (HEAD + "space: {X: {choices: [1]}}\nsampler: {seed: -1}\n", "line 5: sampler.seed: must be >= 0"),
     ("name: s\ntrials: 2\njob: {name: mine, command: python x.py}\nspace: {B: {choices: [1]}}\n",
      "line 3: job.name: trials are named <study>-<n> (here s-0, s-1, ...)"),
@@ -173,3 +175,61 @@ def test_each_pruner_kind_is_optunas_with_the_files_settings(tmp_path):
     assert isinstance(th, optuna.pruners.ThresholdPruner) and (th._upper, th._n_warmup_steps) == (1.5, 7)
     assert math.isinf(th._lower)
     assert isinstance(make_pruner(Pruner(kind="none"), None), optuna.pruners.NopPruner)
+
+
+def test_the_job_templates_text_stays_text_and_the_space_keeps_its_types(tmp_path):
+    spec, job = load_study(study(tmp_path, f"""name: s
+trials: 2
+job:
+  command: python {SCRIPT}
+  model: 2.0
+  steps: 10
+  env: {{VERSION: 1.10, FLAG: yes}}
+space:
+  X: {{choices: [1.10, 2, true, text]}}
+sampler: {{seed: 1}}
+"""))
+    assert job.model == "2.0" and job.env == {"VERSION": "1.10", "FLAG": "yes"}
+    assert spec.space["X"].choices == [1.1, 2, True, "text"] and spec.sampler.seed == 1
+    _, ep = load_study(study(tmp_path, "name: s\ntrials: 2\njob: {entrypoint: 'pkg.mod:main', args: [--lr, 0.10], "
+                                       "steps: 3}\nspace: {X: {choices: [1]}}\n"))
+    assert ep.entrypoint == "pkg.mod:main" and ep.args == ["--lr", "0.10"] and ep.command is None
+
+
+def test_what_a_mistake_names_besides_its_text(tmp_path):
+    cases = [(HEAD + "space: {LR: {low: 0.1, high: 0.01}}\n", "space.LR"),
+             ("name: s\ntrials: 2\njob: {command: python x.py, max_gpus: 0, steps: 3}\nspace: {B: {choices: [1]}}\n",
+              "job.max_gpus"),
+             ("name: s\ntrials: 2\njob: {command: python nowhere.py, steps: 3}\nspace: {B: {choices: [1]}}\n",
+              "job.command"),
+             ("name: s\ntrials: 2\njob: {name: x, command: python x.py}\nspace: {B: {choices: [1]}}\n", "job.name"),
+             (HEAD + "space: {LR: {low: 1, high: 2}}\nspace: {LR: {low: 1, high: 2}}\n", "space")]
+    for text, field in cases:
+        with pytest.raises(SpecError) as e:
+            load_study(study(tmp_path, text))
+        assert e.value.field == field, (text, e.value.field, str(e.value))
+    with pytest.raises(SpecError) as e:
+        load_study(study(tmp_path, "name: s\ntrials: 2\njob: {name: x, command: python x.py}\nspace: {B: {choices: [1]}}\n"))
+    assert str(e.value).endswith("(here s-0, s-1, ...); remove the job's name")
+    with pytest.raises(SpecError) as e:  # a mistake with no field of its own has no line either
+        load_study(study(tmp_path, "- 1\n"))
+    assert e.value.field is None and "line" not in str(e.value)
+    for text, says in (("", "empty (expected a mapping of study fields)"),
+                       ("x" * (1 << 20) + "x", "larger than 1 MiB, the most a study file may be")):
+        with pytest.raises(SpecError, match=re.escape(says)):
+            load_study(study(tmp_path, text))
+
+
+def test_without_a_pruner_min_resource_may_be_anything(tmp_path):
+    spec, _ = load_study(study(tmp_path, f"name: s\ntrials: 2\npruner: {{kind: none, min_resource: 50}}\n"
+                                         f"job: {{command: python {SCRIPT}, steps: 50}}\nspace: {{B: {{choices: [1]}}}}\n"))
+    assert spec.pruner.kind == "none"
+
+
+def test_what_a_parameter_admits():
+    r = Parameter(low=0.0, high=1.0)
+    assert r.admits(0.0) and r.admits(1) and r.admits(0.5) and not r.admits(1.5) and not r.admits(-0.1)
+    assert not r.admits(True) and not r.admits("0.5")
+    i = Parameter(low=0, high=8, step=2)
+    assert i.integer and i.admits(4) and not i.admits(4.0) and not i.admits(9)
+    assert not Parameter(low=0, high=8.0).integer and Parameter(low=0, high=8.0).admits(4.5)

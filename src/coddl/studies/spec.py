@@ -63,6 +63,15 @@ class Parameter(BaseModel):
     step: Number | None = Field(None, gt=0)
     choices: list[Scalar] | None = None
 
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _choices(cls, v: object) -> object:
+        if isinstance(v, list):
+            for c in v:
+                if not isinstance(c, (bool, int, float, str)):
+                    raise ValueError(f"each choice must be a number, text or true/false, got {c!r}")
+        return v
+
     @model_validator(mode="after")
     def _shape(self) -> Parameter:
         if self.choices is not None:
