@@ -211,6 +211,9 @@ def test_what_a_mistake_names_besides_its_text(tmp_path):
     with pytest.raises(SpecError) as e:
         load_study(study(tmp_path, "name: s\ntrials: 2\njob: {name: x, command: python x.py}\nspace: {B: {choices: [1]}}\n"))
     assert str(e.value).endswith("(here s-0, s-1, ...); remove the job's name")
+    with pytest.raises(SpecError) as e:  # a field that is missing has no line to name
+        load_study(study(tmp_path, "name: s\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\n"))
+    assert str(e.value) == f"{tmp_path / 'study.yaml'}: trials: required" and e.value.field == "trials"
     with pytest.raises(SpecError) as e:  # a mistake with no field of its own has no line either
         load_study(study(tmp_path, "- 1\n"))
     assert e.value.field is None and "line" not in str(e.value)

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from coddl.runtime.spec import (
     _ENV_NAME,
     _NAME,
-    _FieldError,
     RESERVED_ENV_PREFIX,
     JobFile,
     SpecError,
@@ -40,6 +39,8 @@ from coddl.runtime.spec import (
     script_argv,
     validate,
 )
+from coddl.runtime.spec import _FieldError
+from coddl.runtime.spec import _text_at as job_text_at
 from coddl.runtime.yaml_safe import YamlFileError, dotted
 from coddl.runtime.yaml_safe import read_file as read_yaml_file
 
@@ -208,10 +209,8 @@ class StudyFile(BaseModel):
 
 
 def _text_at(path: tuple[str | int, ...]) -> bool:
-    """The job template's text fields stay text as written (as in a job file); choices keep their type."""
-    return len(path) >= 2 and path[0] == "job" and (
-        (len(path) == 2 and path[1] in ("name", "model", "entrypoint", "user", "command", "kind"))
-        or (len(path) == 3 and path[1] in ("command", "args", "env")))
+    """The job template's fields stay text where a job file's do; the space's choices keep their type."""
+    return len(path) >= 2 and path[0] == "job" and job_text_at(path[1:])
 
 
 def load_study(path: Path | str) -> tuple[StudyFile, JobFile]:
