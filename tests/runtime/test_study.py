@@ -209,3 +209,26 @@ def test_stopping_a_trial_whose_job_just_ended_is_no_error(server):
         run.record = TrialRecord(0, {}, job_id)
         run.stop(client, "the study was interrupted")
         assert run.record.state == "stopped" and run.record.message == "the study was interrupted"
+
+
+def test_a_users_own_optuna_code_runs_its_trials_as_jobs(server, tmp_path):
+    """``CoddlObjective`` in ``study.optimize`` with two threads: every trial a job of the token's user,
+    a failing one recorded as failed (with ``catch``), the study's best the finished trial's loss."""
+    import optuna
+
+    from coddl.runtime.client import Endpoint
+    from coddl.runtime.spec import parse_job
+    from coddl.studies import CoddlObjective, Parameter, TrialFailed
+
+    job = parse_job({"name": "own", "command": ["python", str(TINY_JOB)], "model": "tiny", "max_gpus": 1, "steps": 20,
+                     "batch_size": 32, "env": {"STEP_S": "0.02"}})
+    objective = CoddlObjective(Endpoint(server.url, server.token("frank")), job, {"FAIL": Parameter(choices=["0", "1"])})
+    study = optuna.create_study()
+    study.enqueue_trial({"FAIL": "0"})
+    study.enqueue_trial({"FAIL": "1"})
+    study.optimize(objective, n_trials=2, n_jobs=2, catch=(TrialFailed,))
+    states = {t.params["FAIL"]: t.state for t in study.trials}
+    assert states == {"0": optuna.trial.TrialState.COMPLETE, "1": optuna.trial.TrialState.FAIL}
+    jobs = {t.params["FAIL"]: server.job(t.user_attrs["coddl_job"]) for t in study.trials}
+    assert jobs["0"]["status"] == "finished" and jobs["1"]["status"] == "failed"
+    assert all(j["owner"] == "frank" for j in jobs.values()) and study.best_value == study.best_trial.value
