@@ -48,6 +48,10 @@ space:
     assert states == {0: "finished", 1: "pruned", 2: "finished", 3: "pruned"}, got["trials"]
     assert got["best"]["params"] == {"LR": GOOD} and got["best"]["value"] < 1.0
     assert "best: trial" in r.stdout and "2 finished, 2 pruned" in r.stdout
+    # GPU-hours: each trial's the server's attained service; the survivors ran longer on more GPUs
+    hours = {t["number"]: t["gpu_hours"] for t in got["trials"]}
+    assert all(h > 0 for h in hours.values()) and min(hours[0], hours[2]) > max(hours[1], hours[3]), hours
+    assert f"{sum(hours.values()):.3f} GPU-hours" in r.stdout
 
     jobs = {t["number"]: server.job(t["job_id"]) for t in got["trials"]}
     assert all(j["owner"] == "alice" and j["name"] == f"lr-search-{n}" for n, j in jobs.items())

@@ -28,12 +28,12 @@ def _value(v: object) -> str:
 def trials_table(records: list, best: int | None = None) -> Table:
     """One row per trial: its job, parameters, state, steps reached and value; the best one in bold."""
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("trial", "job", "parameters", "state", "steps", "loss"):
-        t.add_column(col, justify="right" if col in ("trial", "job", "steps", "loss") else "left")
+    for col in ("trial", "job", "parameters", "state", "steps", "GPU-h", "loss"):
+        t.add_column(col, justify="left" if col in ("parameters", "state") else "right")
     for r in records:
         style = "bold" if r.number == best else ""
         t.add_row(str(r.number), str(r.job_id or "—"), escape(" ".join(f"{k}={_value(v)}" for k, v in r.params.items())),
-                  f"[{_STYLE.get(r.state, '')}]{r.state}[/]", str(r.steps),
+                  f"[{_STYLE.get(r.state, '')}]{r.state}[/]", str(r.steps), f"{r.gpu_hours:.3f}",
                   "—" if r.value is None else f"{r.value:.4g}", style=style)
     return t
 
@@ -81,7 +81,8 @@ def run(study_file: Path = typer.Argument(..., metavar="STUDY", help="study YAML
     console.print(trials_table(result.trials, best.number if best else None))
     counts = {s: sum(r.state == s for r in result.trials) for s in ("finished", "pruned", "failed")}
     console.print(f"study {escape(spec.name)}: {len(result.trials)} trials in {result.wall_s:.0f} s "
-                  f"({counts['finished']} finished, {counts['pruned']} pruned, {counts['failed']} failed)")
+                  f"({counts['finished']} finished, {counts['pruned']} pruned, {counts['failed']} failed), "
+                  f"{sum(r.gpu_hours for r in result.trials):.3f} GPU-hours")
     if best is None:
         console.print("[red]no trial finished[/red]")
     else:

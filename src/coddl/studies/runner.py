@@ -53,6 +53,7 @@ class TrialRecord:
     value: float | None = None
     steps: int = 0
     message: str = ""
+    gpu_hours: float = 0.0  # what its job has held so far (the server's attained service)
 
 
 def suggest(trial: optuna.Trial, name: str, p: Parameter) -> Any:
@@ -125,6 +126,7 @@ class TrialRun:
             self._last, fresh = value, True
             rec.steps = max(rec.steps, step)
         rec.steps = max(rec.steps, int(view.get("steps_done") or 0))
+        rec.gpu_hours = float(view.get("attained_service") or 0.0) / 3600
         if view["terminal"]:
             if view["status"] == "finished" and self._last is not None and math.isfinite(self._last):
                 rec.state, rec.value = "finished", self._last
