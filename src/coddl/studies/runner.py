@@ -38,8 +38,9 @@ class StudyError(ValueError):
 
 
 class TrialFailed(RuntimeError):
-    """The trial's job ended without finishing (failed, or cancelled by someone else): Optuna records
-    the trial as failed and the study goes on."""
+    """The trial's job ended without finishing (failed, or cancelled by someone else), or its loss
+    diverged: ``run_study`` records the trial as failed and goes on, as ``study.optimize`` does with
+    ``catch=(TrialFailed,)``."""
 
 
 @dataclass
