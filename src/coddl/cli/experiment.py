@@ -58,6 +58,17 @@ def _run_with_progress(run_all, groups: list[str], seeds: list[int], pols: list[
             raise fail(str(e)) from None
 
 
+def _show(title: str, columns: tuple[str, ...], left: int, cells: list[tuple[str, ...]], files: list[Path]) -> None:
+    """The experiment's table (its first ``left`` columns are names, the rest figures) and what it wrote."""
+    t = Table(title=title)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < left else "right", overflow="fold")
+    for row in cells:
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"wrote {', '.join(str(f) for f in files)}")
+
+
 @app.command("coddl-nsdi21")
 def coddl_nsdi21(
     out: Path = typer.Option(Path("results/coddl-nsdi21"), help="output directory"),
@@ -90,15 +101,10 @@ def coddl_nsdi21(
             console.print("jobs not simulated (larger than 64 GPUs, or the model draw's rules; "
                           "`coddl simulate` lists them): " + ", ".join(f"{vc} {n}" for vc, n in skipped.items()))
         rows = exp.table(runs)
-        t = Table(title="avg JCT (h) per VC; ratio = policy ÷ AFS-L (and ÷ AFS-P)")
-        for c in ("VC", "policy", "avg JCT (h)", "makespan (h)", "÷ AFS-L", "÷ AFS-P"):
-            t.add_column(c, justify="left" if c in ("VC", "policy") else "right", overflow="fold")
-        for r in rows:
-            t.add_row(r.vc, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.vs_afs_l:.2f}",
-                      f"{r.vs_afs_p:.2f}")
-        console.print(t)
-        files = exp.write(out, runs, rows)
-        console.print(f"wrote {', '.join(str(f) for f in files)}")
+        _show("avg JCT (h) per VC; ratio = policy ÷ AFS-L (and ÷ AFS-P)",
+              ("VC", "policy", "avg JCT (h)", "makespan (h)", "÷ AFS-L", "÷ AFS-P"), 2,
+              [(r.vc, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.vs_afs_l:.2f}", f"{r.vs_afs_p:.2f}")
+               for r in rows], exp.write(out, runs, rows))
 
 
 @app.command("aiturbo")
@@ -129,15 +135,10 @@ def aiturbo(
                                   lambda r: f"{r.trace} {r.policy}", ray_address=ray_address,
                                   ray_connect_timeout_s=ray_connect_timeout_s)
         rows = exp.table(runs, reference)
-        t = Table(title=f"avg JCT per trace; ratio = policy ÷ {reference}")
-        for c in ("trace", "policy", "avg JCT (h)", "makespan (h)", "GPU util", "CPU util", "÷ AITurbo"):
-            t.add_column(c, justify="left" if c in ("trace", "policy") else "right", overflow="fold")
-        for r in rows:
-            t.add_row(r.trace, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.gpu_utilisation:.2f}",
-                      f"{r.cpu_utilisation:.2f}", f"{r.vs_aiturbo:.2f}")
-        console.print(t)
-        files = exp.write(out, runs, rows)
-        console.print(f"wrote {', '.join(str(f) for f in files)}")
+        _show(f"avg JCT per trace; ratio = policy ÷ {reference}",
+              ("trace", "policy", "avg JCT (h)", "makespan (h)", "GPU util", "CPU util", "÷ AITurbo"), 2,
+              [(r.trace, r.policy, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.gpu_utilisation:.2f}",
+                f"{r.cpu_utilisation:.2f}", f"{r.vs_aiturbo:.2f}") for r in rows], exp.write(out, runs, rows))
 
 
 @app.command("fluid")
@@ -168,12 +169,8 @@ def fluid(
                                   lambda r: f"{r.scenario} {r.policy}", ray_address=ray_address,
                                   ray_connect_timeout_s=ray_connect_timeout_s)
         rows = exp.table(runs, reference)
-        t = Table(title=f"per study, mean over seeds; ratios ÷ {reference}")
-        for c in ("scenario", "policy", "makespan (h)", "to best (h)", "GPU-h to best", "to best ÷", "GPU-h ÷"):
-            t.add_column(c, justify="left" if c in ("scenario", "policy") else "right", overflow="fold")
-        for r in rows:
-            t.add_row(r.scenario, exp.LABELS.get(r.policy, r.policy), f"{r.makespan_h:.2f}", f"{r.best_h:.2f}",
-                      f"{r.gpu_hours_to_best:.1f}", f"{r.best_vs_fifo:.2f}", f"{r.gpu_hours_vs_fifo:.2f}")
-        console.print(t)
-        files = exp.write(out, runs, rows)
-        console.print(f"wrote {', '.join(str(f) for f in files)}")
+        _show(f"per study, mean over seeds; ratios ÷ {reference}",
+              ("scenario", "policy", "makespan (h)", "to best (h)", "GPU-h to best", "to best ÷", "GPU-h ÷"), 2,
+              [(r.scenario, exp.LABELS.get(r.policy, r.policy), f"{r.makespan_h:.2f}", f"{r.best_h:.2f}",
+                f"{r.gpu_hours_to_best:.1f}", f"{r.best_vs_fifo:.2f}", f"{r.gpu_hours_vs_fifo:.2f}") for r in rows],
+              exp.write(out, runs, rows))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
@@ -46,7 +46,7 @@ from coddl.perf.cpu import load_synergy_cpu
 from coddl.perf.curves import CurveTable, data_path
 from coddl.perf.estimator import Estimator
 from coddl.perf.jobmodel import JobModel, Prior
-from coddl.experiments.grid import registered, run_grid
+from coddl.experiments.grid import registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 from coddl.scheduler import Scheduler
 
@@ -210,18 +210,7 @@ def table(runs: list[Run], reference: str) -> list[Row]:
 
 
 def write(out: Path, runs: list[Run], rows: list[Row]) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, items in (("runs.csv", runs), ("table.csv", rows)):
-        p = out / name
-        with open(p, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(asdict(items[0])))
-            w.writeheader()
-            w.writerows(asdict(i) for i in items)
-        paths.append(p)
-    chart = out / "aiturbo.png"
-    plot(chart, rows)
-    return [*paths, chart]
+    return write_results(out, runs, rows, "aiturbo.png", plot)
 
 
 def plot(path: Path, rows: list[Row]) -> None:

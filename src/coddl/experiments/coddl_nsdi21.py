@@ -22,15 +22,14 @@ only its summary.
 
 from __future__ import annotations
 
-import csv
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from functools import partial
 from typing import Callable
 
 import numpy as np
 
-from coddl.experiments.grid import registered, run_grid
+from coddl.experiments.grid import registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 DEFAULT_POLICIES = ("afs-l", "afs-p", "fifo", "srtf", "srsf", "tiresias-l:preset=coddl", "optimus",
@@ -126,20 +125,7 @@ def _reference(by: dict[tuple[str, str], list[Run]], vc: str, name: str) -> list
 
 
 def write(out: Path, runs: list[Run], rows: list[Row]) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    raw = out / "runs.csv"
-    with open(raw, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(runs[0])))
-        w.writeheader()
-        w.writerows(asdict(r) for r in runs)
-    tab = out / "table.csv"
-    with open(tab, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-        w.writeheader()
-        w.writerows(asdict(r) for r in rows)
-    chart = out / "avg_jct_by_vc.png"
-    plot(chart, rows)
-    return [raw, tab, chart]
+    return write_results(out, runs, rows, "avg_jct_by_vc.png", plot)
 
 
 def plot(path: Path, rows: list[Row]) -> None:

@@ -20,14 +20,13 @@ used by then (GPUs held, whether or not they sped the trial up).
 
 from __future__ import annotations
 
-import csv
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from coddl.experiments.grid import registered, run_grid
+from coddl.experiments.grid import registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 DEFAULT_POLICIES = ("fifo", "max-min", "afs-p", "afs-l", "optimus", "tiresias-l")
@@ -121,18 +120,7 @@ def table(runs: list[Run], reference: str = "fifo") -> list[Row]:
 
 
 def write(out: Path, runs: list[Run], rows: list[Row]) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, items in (("runs.csv", runs), ("table.csv", rows)):
-        p = out / name
-        with open(p, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(asdict(items[0])))
-            w.writeheader()
-            w.writerows(asdict(i) for i in items)
-        paths.append(p)
-    chart = out / "fluid.png"
-    plot(chart, rows)
-    return [*paths, chart]
+    return write_results(out, runs, rows, "fluid.png", plot)
 
 
 def plot(path: Path, rows: list[Row]) -> None:

@@ -1,11 +1,14 @@
 """What every experiment shares: a grid of independent simulations spread over a process pool, or
-over a Ray cluster's nodes (``ray_grid``)."""
+over a Ray cluster's nodes (``ray_grid``), and how its results are written."""
 
 from __future__ import annotations
 
+import csv
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable, Sequence, TypeVar
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Sequence, TypeVar
 
 from coddl.policies.registry import available
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
@@ -48,3 +51,20 @@ def _run_local(one: Callable[[str, int, str, int | None], R], tasks: list[Task],
             if on_done:
                 on_done(r)
     return out
+
+
+def write_results(out: Path, runs: Sequence[Any], rows: Sequence[Any], chart: str,
+                  plot: Callable[[Path, Sequence[Any]], None]) -> list[Path]:
+    """Every run (``runs.csv``) and the table (``table.csv``), one column per dataclass field, and the
+    table's chart drawn by ``plot`` into ``chart``; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, items in (("runs.csv", runs), ("table.csv", rows)):
+        p = out / name
+        with open(p, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(asdict(items[0])))
+            w.writeheader()
+            w.writerows(asdict(i) for i in items)
+        paths.append(p)
+    plot(out / chart, rows)
+    return [*paths, out / chart]
