@@ -46,7 +46,7 @@ from coddl.perf.cpu import load_synergy_cpu
 from coddl.perf.curves import CurveTable, data_path
 from coddl.perf.estimator import Estimator
 from coddl.perf.jobmodel import JobModel, Prior
-from coddl.experiments.grid import registered, run_grid, write_results
+from coddl.experiments.grid import grouped_bars, registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 from coddl.scheduler import Scheduler
 
@@ -223,15 +223,11 @@ def plot(path: Path, rows: list[Row]) -> None:
     pols = list(dict.fromkeys(r.policy for r in rows))
     val = {(r.trace, r.policy): r for r in rows}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    w = 0.8 / len(pols)
-    x = np.arange(len(traces))
     panels = (("vs_aiturbo", "average JCT ÷ AITurbo's (log)"), ("gpu_utilisation", "GPU utilisation"),
               ("cpu_utilisation", "CPU utilisation"))
     for ax, (attr, label) in zip(axes, panels):
-        for i, p in enumerate(pols):
-            ax.bar(x + i * w - 0.4 + w / 2, [getattr(val[(t, p)], attr) if (t, p) in val else np.nan
-                                             for t in traces], w, label=p)
-        ax.set_xticks(x, traces, fontsize=8)
+        grouped_bars(ax, traces, pols, lambda t, p: getattr(val[(t, p)], attr) if (t, p) in val else np.nan)
+        ax.set_xticks(np.arange(len(traces)), traces, fontsize=8)
         ax.set_ylabel(label)
     axes[0].set_yscale("log")
     axes[0].axhline(1.0, color="k", lw=0.8)

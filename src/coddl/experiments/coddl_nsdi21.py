@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from coddl.experiments.grid import registered, run_grid, write_results
+from coddl.experiments.grid import grouped_bars, registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 DEFAULT_POLICIES = ("afs-l", "afs-p", "fifo", "srtf", "srsf", "tiresias-l:preset=coddl", "optimus",
@@ -140,13 +140,9 @@ def plot(path: Path, rows: list[Row]) -> None:
     ref = next((p for p in pols if p.split(":")[0] == "afs-l"), pols[0])
     val = {(r.vc, r.policy): r.avg_jct_h for r in rows}
     fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(vcs) + 3), 4.8))
-    w = 0.8 / len(pols)
-    x = np.arange(len(vcs))
-    for i, p in enumerate(pols):
-        norm = [val.get((vc, p), np.nan) / val.get((vc, ref), np.nan) for vc in vcs]
-        ax.bar(x + i * w - 0.4 + w / 2, norm, w, label=p)
+    grouped_bars(ax, vcs, pols, lambda vc, p: val.get((vc, p), np.nan) / val.get((vc, ref), np.nan))
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(x, vcs)
+    ax.set_xticks(np.arange(len(vcs)), vcs)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
     ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())

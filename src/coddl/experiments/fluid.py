@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from coddl.experiments.grid import registered, run_grid, write_results
+from coddl.experiments.grid import grouped_bars, registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
 DEFAULT_POLICIES = ("fifo", "max-min", "afs-p", "afs-l", "optimus", "tiresias-l")
@@ -133,14 +133,12 @@ def plot(path: Path, rows: list[Row]) -> None:
     pols = list(dict.fromkeys(r.policy for r in rows))
     val = {(r.scenario, r.policy): r for r in rows}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
-    w = 0.8 / len(pols)
-    x = np.arange(len(scenarios))
     for ax, (attr, label) in zip(axes, (("best_h", "hours to the best trial"),
                                         ("gpu_hours_to_best", "GPU-hours to the best trial"))):
-        for i, p in enumerate(pols):
-            ax.bar(x + i * w - 0.4 + w / 2, [getattr(val[(s, p)], attr) if (s, p) in val else np.nan
-                                             for s in scenarios], w, label=LABELS.get(p, p))
-        ax.set_xticks(x, [f"{s} ({SCENARIOS[s][1]}×{SCENARIOS[s][0]} trials)" for s in scenarios], fontsize=8)
+        grouped_bars(ax, scenarios, pols, lambda s, p: getattr(val[(s, p)], attr) if (s, p) in val else np.nan,
+                     lambda p: LABELS.get(p, p))
+        ax.set_xticks(np.arange(len(scenarios)),
+                      [f"{s} ({SCENARIOS[s][1]}×{SCENARIOS[s][0]} trials)" for s in scenarios], fontsize=8)
         ax.set_ylabel(label)
     axes[0].legend(fontsize=7)
     fig.suptitle(f"Hyperparameter studies on {NODES * GPUS_PER_NODE} GPUs: successive halving (η={ETA}), "

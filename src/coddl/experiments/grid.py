@@ -68,3 +68,15 @@ def write_results(out: Path, runs: Sequence[Any], rows: Sequence[Any], chart: st
         paths.append(p)
     plot(out / chart, rows)
     return [*paths, out / chart]
+
+
+def grouped_bars(ax: Any, groups: list[str], series: list[str], value: Callable[[str, str], float],
+                 label: Callable[[str], str] = str) -> None:
+    """One bar per (group, series) on ``ax``, the series side by side within each group; ``value``
+    is NaN where a pair was not run (no bar)."""
+    import numpy as np
+
+    w = 0.8 / len(series)
+    x = np.arange(len(groups))
+    for i, s in enumerate(series):
+        ax.bar(x + i * w - 0.4 + w / 2, [value(g, s) for g in groups], w, label=label(s))
