@@ -58,6 +58,17 @@ def _run_with_progress(run_all, groups: list[str], seeds: list[int], pols: list[
             raise fail(str(e)) from None
 
 
+def _groups(option: str, given: str | None, valid: list[str], default: list[str], what: str) -> list[str]:
+    """The comma-separated ``given`` (or ``default``), each one of ``valid``; a mistake is one line."""
+    chosen = [g for g in given.split(",") if g] if given is not None else default
+    if not chosen:
+        raise fail(f"{option}: name at least one {what}: {', '.join(valid)}")
+    for g in chosen:
+        if g not in valid:
+            raise fail(f"{option}: unknown {what} {g!r}; valid: {', '.join(valid)}")
+    return chosen
+
+
 def _show(title: str, columns: tuple[str, ...], left: int, cells: list[tuple[str, ...]], files: list[Path]) -> None:
     """The experiment's table (its first ``left`` columns are names, the rest figures) and what it wrote."""
     t = Table(title=title)
@@ -88,11 +99,7 @@ def coddl_nsdi21(
 
     with user_errors():
         pols, seed_list = _policies_and_seeds(policies, exp.default_policies(exact), seeds or ("1" if exact else "1,2,3"))
-        valid = exp.eligible_vcs(1)
-        vc_list = [v for v in vcs.split(",") if v] if vcs else exp.eligible_vcs()
-        for v in vc_list:
-            if v not in valid:
-                raise fail(f"--vcs: unknown virtual cluster {v!r}; valid: {', '.join(valid)}")
+        vc_list = _groups("--vcs", vcs, exp.eligible_vcs(1), exp.eligible_vcs(), "virtual cluster")
         runs = _run_with_progress(exp.run_all, vc_list, seed_list, pols, jobs, workers,
                                   lambda r: f"{r.vc} {r.policy}", exact=exact, ray_address=ray_address,
                                   ray_connect_timeout_s=ray_connect_timeout_s)
@@ -126,10 +133,7 @@ def aiturbo(
 
     with user_errors():
         pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
-        trace_list = [t for t in traces.split(",") if t] if traces else list(exp.TRACES)
-        for t in trace_list:
-            if t not in exp.TRACES:
-                raise fail(f"--traces: unknown trace {t!r}; valid: {', '.join(exp.TRACES)}")
+        trace_list = _groups("--traces", traces, list(exp.TRACES), list(exp.TRACES), "trace")
         reference = next((p for p in pols if p.split(":")[0] == "aiturbo"), pols[0])
         runs = _run_with_progress(exp.run_all, trace_list, seed_list, pols, jobs, workers,
                                   lambda r: f"{r.trace} {r.policy}", ray_address=ray_address,
@@ -158,12 +162,7 @@ def fluid(
 
     with user_errors():
         pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
-        chosen = [s for s in scenarios.split(",") if s] if scenarios is not None else list(exp.SCENARIOS)
-        if not chosen:
-            raise fail("--scenarios: name at least one scenario: " + ", ".join(exp.SCENARIOS))
-        for s in chosen:
-            if s not in exp.SCENARIOS:
-                raise fail(f"--scenarios: unknown scenario {s!r}; valid: {', '.join(exp.SCENARIOS)}")
+        chosen = _groups("--scenarios", scenarios, list(exp.SCENARIOS), list(exp.SCENARIOS), "scenario")
         reference = "fifo" if "fifo" in pols else pols[0]
         runs = _run_with_progress(exp.run_all, chosen, seed_list, pols, None, workers,
                                   lambda r: f"{r.scenario} {r.policy}", ray_address=ray_address,
