@@ -105,3 +105,12 @@ def test_the_ray_inspection_forks_each_nodes_ranks_and_takes_seconds(tmp_path):
     assert header[0].startswith("# coddl cluster inspect (ray executor), ") and line.split(": ", 1)[1] in header[0]
     assert sum(h.startswith("#   intra 127.0.0.1/") for h in header) == 2  # both nodes' ranks met and measured
     assert any(h.startswith("#   inter 127.0.0.1/") for h in header)
+
+
+def test_each_rank_of_a_node_gets_its_own_gpu():
+    """NCCL refuses two ranks of one communicator on one device: a node's ranks take its GPUs in turn."""
+    from coddl.runtime.inspection.bench import rank_device
+
+    assert [rank_device(i, 4) for i in range(4)] == [0, 1, 2, 3]
+    assert [rank_device(i, 2) for i in range(5)] == [0, 1, 0, 1, 0]
+    assert rank_device(3, 0) == 0  # no device count: never a division by zero

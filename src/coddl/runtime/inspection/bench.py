@@ -54,18 +54,28 @@ def ready() -> None:
     import torch.distributed  # noqa: F401
 
 
+def rank_device(local: int, devices: int) -> int:
+    """The CUDA device of a node's ``local``-th rank: one each (NCCL refuses two ranks of a communicator
+    on one device), round-robin if a node has more ranks than devices."""
+    return local % max(devices, 1)
+
+
 def run_rank(rank: int, world: int, store: tuple[str, int, bytes], groups: list[list[int]], sizes: list[int],
-             reps: int, timeout_s: float = 60.0) -> dict:
+             reps: int, timeout_s: float = 60.0, local: int = 0) -> dict:
     """Join the world, run every group this rank is in; return its node's facts, its fastest times
     ``{group index: {size: seconds}}`` (under ``medians``, the fastest of ``reps``) and how long it took to
-    meet the others and to measure (under ``seconds``)."""
+    meet the others and to measure (under ``seconds``). ``local`` is the rank's place on its node, which
+    picks its GPU."""
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     started = time.monotonic()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    device = torch.device("cuda", 0) if backend == "nccl" else torch.device("cpu")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", rank_device(local, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
     meeting = rendezvous.connect(*store, timeout_s)  # held here: torch keeps no Python reference to it
     dist.init_process_group(backend, store=meeting, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout_s))
@@ -98,7 +108,7 @@ def run_rank(rank: int, world: int, store: tuple[str, int, bytes], groups: list[
             "seconds": {"rendezvous": met - started, "measured": measured - met}}
 
 
-def _fork_rank(rank: int, args: tuple) -> tuple[int, int]:
+def _fork_rank(rank: int, args: tuple, local: int) -> tuple[int, int]:
     """Rank ``rank`` in a child process; its pid, and the pipe it writes its pickled outcome to."""
     from coddl.elastic.sandbox import set_parent_death_signal
 
@@ -112,7 +122,7 @@ def _fork_rank(rank: int, args: tuple) -> tuple[int, int]:
             set_parent_death_signal()  # no rank outlives its node's actor (killed if the inspection stops)
             if os.getppid() == parent:  # else the parent ended before the signal was set
                 try:
-                    outcome, code = ("ok", run_rank(rank, *args)), 0
+                    outcome, code = ("ok", run_rank(rank, *args, local=local)), 0
                 except BaseException:  # noqa: BLE001 - reported to the parent
                     outcome = ("error", traceback.format_exc(limit=3))
                 with os.fdopen(write, "wb") as out:
@@ -138,9 +148,9 @@ def _join_rank(rank: int, pid: int, read: int) -> dict:
 def run_node(ranks: list[int], *args) -> list[dict]:  # noqa: ANN002 - run_rank's arguments after the rank
     """This node's ranks: the first in this process, the others forked from it once torch is imported."""
     ready()
-    pending = {r: _fork_rank(r, args) for r in ranks[1:]}
+    pending = {r: _fork_rank(r, args, local) for local, r in enumerate(ranks) if local > 0}
     try:
-        results = [run_rank(ranks[0], *args)]
+        results = [run_rank(ranks[0], *args, local=0)]
         for r in ranks[1:]:
             results.append(_join_rank(r, *pending.pop(r)))
         return results

@@ -193,7 +193,12 @@ def inspect_ray(address: str, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: int 
         slots = [n.gpus for n in cluster.nodes]
         ranks, groups, kinds = plan_groups(slots)
         actor = ray.remote(InspectionNode)
-        actors = [actor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+        # An actor that reserves no GPU gets CUDA_VISIBLE_DEVICES="" from Ray and would measure gloo on the
+        # CPU; reserving the node's GPUs would wait for a running server's node agents to let go of them.
+        # So Ray is told to leave the variable alone: the ranks see every GPU of their node.
+        sees_gpus = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}}
+        actors = [actor.options(num_cpus=0, runtime_env=sees_gpus,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
                   .remote() for node_id in node_ids]
         started = [a.ready.remote() for a in actors]
         store = StoreServer("0.0.0.0")
