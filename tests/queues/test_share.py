@@ -129,3 +129,73 @@ def test_division_properties(case) -> None:  # noqa: ANN001
         # a weight-0 queue gets more than its floor only when the weighted ones are all capped
         if ((w == 0) & (b > low)).any():
             assert (b[w > 0] == hi[w > 0]).all()
+
+
+# ------------------------------------------------------------------ against an exact transcription
+def _exact_level(w: list, lo: list[int], hi: list[int], total: int) -> list[int]:
+    """The module's rule in exact rational arithmetic, written the slow, obvious way: the level λ
+    where Σ clamp(w·λ, lo, hi) = total (bisection on the breakpoints, then the linear piece), each
+    share rounded down, the units left given to the largest remainders, ties to the earlier queue."""
+    from fractions import Fraction as F
+
+    w = [F(x) for x in w]
+    if total <= sum(lo):
+        return list(lo)
+    if total >= sum(hi):
+        return list(hi)
+
+    def filled(lam):  # noqa: ANN001, ANN202
+        return sum(min(max(wi * lam, a), b) for wi, a, b in zip(w, lo, hi))
+
+    points = sorted({F(a) / wi for wi, a in zip(w, lo)} | {F(b) / wi for wi, b in zip(w, hi)})
+    below = max(p for p in points if filled(p) <= total)
+    above = min(p for p in points if filled(p) > total)
+    lam = below + (total - filled(below)) * (above - below) / (filled(above) - filled(below))
+    exact = [min(max(wi * lam, a), b) for wi, a, b in zip(w, lo, hi)]
+    x = [int(e) for e in exact]  # non-negative: int() is floor
+    order = sorted(range(len(x)), key=lambda i: (-(exact[i] - x[i]), i))
+    for i in [i for i in order if x[i] < hi[i]][: total - sum(x)]:
+        x[i] += 1
+    return x
+
+
+def _exact_waterfill(weight: list, lo: list[int], hi: list[int], total: int) -> list[int]:
+    x = list(lo)
+    pos = [i for i, w in enumerate(weight) if w > 0]
+    zero = [i for i, w in enumerate(weight) if w <= 0]
+    for group, w in ((pos, [weight[i] for i in pos]), (zero, [1] * len(zero))):
+        left = total - sum(x)
+        if left <= 0 or not group:
+            continue
+        want = min(left + sum(x[i] for i in group), sum(hi[i] for i in group))
+        for i, v in zip(group, _exact_level(w, [x[i] for i in group], [hi[i] for i in group], want)):
+            x[i] = v
+    return x
+
+
+@st.composite
+def fills(draw):  # noqa: ANN001, ANN201 - a hypothesis strategy
+    n = draw(st.integers(1, 7))
+    weight = draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 7.0]), min_size=n, max_size=n))
+    lo = draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    hi = [a + draw(st.integers(0, 12)) for a in lo]
+    total = draw(st.integers(sum(lo), sum(hi)))
+    return weight, lo, hi, total
+
+
+@settings(max_examples=400, deadline=None)
+@given(fills())
+def test_waterfill_is_the_exact_weighted_level_rounded_by_largest_remainders(case) -> None:  # noqa: ANN001
+    weight, lo, hi, total = case
+    got = waterfill(weight, lo, hi, total)
+    assert got == _exact_waterfill(weight, lo, hi, total), case
+    assert sum(got) == total and all(a <= g <= b for a, g, b in zip(lo, got, hi))
+
+
+def test_weight_zero_queues_share_what_is_left_evenly_and_weight_one_is_not_zero() -> None:
+    # only weight-0 queues: they split the total evenly (the earlier one takes the odd unit)
+    assert waterfill([0.0, 0.0], [0, 0], [9, 9], 5) == [3, 2]
+    # weight 1 against weight 2: 1 : 2, not "weight 1 takes only the rest"
+    assert waterfill([1.0, 2.0], [0, 0], [9, 9], 6) == [2, 4]
+    # a weight-0 queue gets only what the weighted ones cannot take
+    assert waterfill([1.0, 0.0], [0, 0], [2, 9], 6) == [2, 4]
