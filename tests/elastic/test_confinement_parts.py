@@ -139,6 +139,7 @@ def test_the_installation_is_shown_through_a_private_tmp_but_never_what_it_holds
     for d in (venv / "lib", src, state, tmp_path / "outside"):
         d.mkdir(parents=True)
     covered = ("/tmp", str(tmp_path))  # the job's /tmp is its own (here tmp_path stands for it)
+    # (put_back's hidden directories are passed apart: the state, here tmp_path/state)
     # the outermost of nested installation directories, each once
     assert put_back((str(venv), str(venv / "lib"), str(src), str(venv)), covered, (str(state),)) == [str(venv), str(src)]
     # a directory outside every covered one needs no putting back; a missing one is left out
@@ -146,13 +147,16 @@ def test_the_installation_is_shown_through_a_private_tmp_but_never_what_it_holds
     # a PYTHONPATH entry that holds the state directory would carry it along: never shown
     assert put_back((str(tmp_path),), ("/tmp", "/var"), (str(state),)) == []
     assert put_back((str(tmp_path / "p"),), covered, (str(state),)) == [str(tmp_path / "p")]
-    # a link is judged by where it leads: one to the state's parent shows nothing
-    (tmp_path / "p" / "link").symlink_to(tmp_path)
-    assert put_back((str(tmp_path / "p" / "link"),), covered, (str(state),)) == []
-    (tmp_path / "p" / "to-src").symlink_to(src)
-    assert put_back((str(tmp_path / "p" / "to-src"),), covered, (str(state),)) == [str(src)]
-    # nor is a covered directory itself ever shown (a PYTHONPATH of /tmp would show the host's /tmp)
-    assert put_back(("/tmp", str(tmp_path)), covered, ()) == []
+    # nothing reached through a link is shown: one to the state's parent, one to the state's tokens,
+    # nor even one to a harmless directory (a link in /tmp may be swapped by anyone)
+    (state / "tokens").mkdir()
+    for name, target in (("link", tmp_path), ("to-tokens", state / "tokens"), ("to-src", src)):
+        (tmp_path / "p" / name).symlink_to(target)
+        assert put_back((str(tmp_path / "p" / name),), covered, (str(state),)) == [], name
+    # nor anything inside a hidden directory, given plainly
+    assert put_back((str(state / "tokens"), str(state / "jobs")), covered, (str(state),)) == []
+    # nor a covered directory itself (a PYTHONPATH of /tmp would show the host's /tmp), nor its parent
+    assert put_back(("/tmp", str(tmp_path), "/"), covered, ()) == []
 
 
 def test_a_pythonpath_directory_is_part_of_the_installation(tmp_path, monkeypatch):

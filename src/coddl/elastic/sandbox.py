@@ -53,7 +53,8 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 # the new mount API (the same numbers on every architecture since Linux 5.2 / 5.12)
-SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_OPENAT2, SYS_MOUNT_SETATTR = 428, 429, 437, 442  # the same on x86-64 and arm64
+RESOLVE_NO_SYMLINKS = 0x04
 OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC = 1, 0o2000000
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 AT_FDCWD, AT_EMPTY_PATH, AT_RECURSIVE = -100, 0x1000, 0x8000
@@ -188,9 +189,8 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     # The same for an installation under a directory the sandbox covers (a checkout in /tmp: the job's
     # private /tmp would otherwise hide the very interpreter it runs).
     blocked = [b for p in c.expose if (b := _untraversable(p))] if as_root else []
-    covered = (*blocked, *c.hide, "/tmp", "/dev/shm")
-    shown = {c.job_dir: _clone(c.job_dir, writable=True)}
-    shown |= {p: _clone(p, writable=False) for p in put_back(c.expose, covered, c.hide) if p != c.job_dir}
+    shown = {p: _clone_installation(p) for p in put_back(c.expose, (*blocked, "/tmp", "/dev/shm"), c.hide)}
+    shown[c.job_dir] = _clone(c.job_dir, writable=True)  # last: attached after (over) everything else
     if not as_root:
         _syscall(SYS_MOUNT_SETATTR, "make the filesystem read-only", AT_FDCWD, b"/", AT_RECURSIVE,
                  _mount_attr(MOUNT_ATTR_RDONLY), ctypes.c_size_t(32))
@@ -221,17 +221,46 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
 
 
 def put_back(expose: tuple[str, ...], covered: tuple[str, ...], hide: tuple[str, ...]) -> list[str]:
-    """Which installation directories to show through what covers them: the outermost of those under a
-    covered directory, by their real paths (a link is followed when the tree is cloned, so it is judged
-    by where it leads). Never one that is or holds a covered or hidden directory: a clone of it would
-    carry that one along (the clones are taken before the overlays are mounted), so a PYTHONPATH of
-    ``/tmp`` or of a link to the state's parent shows nothing. Whatever this leaves out is simply not
-    there for the job (an import fails); nothing private is ever shown."""
-    real = [os.path.realpath(c) for c in (*covered, *hide)]
-    chosen = [r for p in dict.fromkeys(expose) if os.path.isdir(r := os.path.realpath(p))
-              and any(_inside(r, b) for b in real[:len(covered)]) and not any(_inside(c, r) for c in real)]
+    """Which installation directories to show through what covers them (``covered``: the job's own
+    /tmp and /dev/shm, directories private to the server): the outermost of those inside a covered
+    directory. Never one reached through a symbolic link (an entry in a world-writable place, such as
+    a PYTHONPATH entry under /tmp, that another user turned into a link), never a covered directory or
+    an ancestor of one, and never one inside, equal to or above a hidden directory (the state, whose
+    tokens and other jobs' files a job must not read). Whatever this leaves out is simply not there
+    for the job (an import fails); nothing private is ever shown."""
+    covered_real = [os.path.realpath(c) for c in covered]
+    hidden = [os.path.realpath(h) for h in hide]
+    chosen = []
+    for p in dict.fromkeys(expose):
+        real = os.path.realpath(p)
+        if real != os.path.normpath(os.path.abspath(p)) or not os.path.isdir(real):
+            continue
+        if not any(_inside(real, b) for b in covered_real) or any(_inside(b, real) for b in covered_real):
+            continue
+        if any(_inside(real, h) or _inside(h, real) for h in hidden):
+            continue
+        chosen.append(real)
     chosen = list(dict.fromkeys(chosen))
     return [p for p in chosen if not any(q != p and _inside(p, q) for q in chosen)]
+
+
+def _clone_installation(path: str) -> int:
+    """A read-only copy of an installation directory's mount, opened without following any link on
+    the way (``openat2`` RESOLVE_NO_SYMLINKS): a link swapped in after ``put_back`` looked is refused
+    instead of followed. Kernels before 5.6 lack ``openat2``; there the path is opened as checked."""
+    how = (ctypes.c_uint64 * 3)(os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, 0, RESOLVE_NO_SYMLINKS)
+    fd = _libc.syscall(ctypes.c_long(SYS_OPENAT2), AT_FDCWD, path.encode(), ctypes.byref(how), ctypes.c_size_t(24))
+    if fd < 0:
+        if ctypes.get_errno() != errno.ENOSYS:
+            raise ConfinementError(f"open {path} without following links: {os.strerror(ctypes.get_errno())}")
+        return _clone(path, writable=False)
+    try:
+        tree = _syscall(SYS_OPEN_TREE, f"open_tree {path}", fd, b"", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH)
+    finally:
+        os.close(fd)
+    _syscall(SYS_MOUNT_SETATTR, f"make the copy of {path} read-only", tree, b"", AT_EMPTY_PATH,
+             _mount_attr(MOUNT_ATTR_RDONLY), ctypes.c_size_t(32))
+    return tree
 
 
 def _join_network(path: str, ino: int) -> None:
