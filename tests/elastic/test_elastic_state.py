@@ -110,3 +110,63 @@ def test_a_process_killed_while_writing_a_checkpoint_leaves_the_previous_one_int
     assert (tmp_path / state.CHECKPOINT_NAME).read_bytes() == before
     back = state.load_checkpoint(tmp_path)
     assert back["step"] == 1 and torch.equal(back["w"], old["w"])
+
+
+def _rank(rank: int, port: int, dsts: list[int], out) -> None:  # noqa: ANN001 - a multiprocessing queue
+    """One rank of a 3-rank gloo world: rank 0 sends its trained state to ``dsts``, the others receive
+    it into a fresh replica and report its hash, counters and next random draws."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, 3, rank == 0, timeout=__import__("datetime").timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=3)
+    try:
+        torch.manual_seed(rank)  # every rank starts different: only the copy can make them equal
+        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        if rank == 0:
+            for _ in range(3):
+                model(torch.randn(4, 7)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            state.send(state.capture(model, opt, state.Counters(step=3, samples=12)), dsts, torch.device("cpu"))
+            out.put((rank, state.state_hash(model, opt), 3, 12, torch.rand(2).tolist()))
+        else:
+            counters = state.restore(state.recv(0, torch.device("cpu")), model, opt)
+            out.put((rank, state.state_hash(model, opt), counters.step, counters.samples, torch.rand(2).tolist()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_survivor_sends_its_whole_state_to_joining_ranks_at_once() -> None:
+    """Real processes over gloo: rank 0 sends to ranks 1 and 2 in one call; both end bit-identical to it
+    (parameters, optimizer moments, counters, the RNG's next draws)."""
+    import multiprocessing as mp
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, port, [1, 2], out)) for r in range(3)]
+    for p in procs:
+        p.start()
+    got = {}
+    try:
+        for _ in procs:
+            rank, *rest = out.get(timeout=90)
+            got[rank] = rest
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert got[1] == got[0] and got[2] == got[0], got
+
+
+def test_a_checkpoint_goes_to_a_job_directory_not_made_yet(tmp_path: Path) -> None:
+    model, opt = trained(0)
+    where = state.save_checkpoint(tmp_path / "jobs" / "7", state.capture(model, opt, state.Counters(step=5)))
+    assert where == tmp_path / "jobs" / "7" / state.CHECKPOINT_NAME
+    assert state.load_checkpoint(tmp_path / "jobs" / "7")["step"] == 5
