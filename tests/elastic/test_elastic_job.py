@@ -61,6 +61,14 @@ def wait_for_generation(job: ElasticJob, generation: int, timeout: float = 60.0)
     return p
 
 
+def wait_for_running(job: ElasticJob, timeout: float = 60.0) -> None:
+    """Until the job's resize is over (its new generation may report progress a little before)."""
+    deadline = time.monotonic() + timeout
+    while (phase := job.poll().phase) is not JobPhase.RUNNING:
+        assert time.monotonic() < deadline and not phase.settled, f"the job did not settle into running: {job.poll()}"
+        time.sleep(0.01)
+
+
 def assert_replicas_identical(job: ElasticJob, generation: int, world: int) -> None:
     """Every rank of ``generation`` reported the same hash of its model and optimizer state."""
     hashes = job.coordinator.state_hashes(generation, world)
@@ -323,6 +331,7 @@ def test_ranks_follow_the_slots_not_the_order_workers_joined(tmp_path: Path, poo
         job.resize([0, 1, 2, 3])
         assert job.poll().slots == (0, 1, 2, 3)
         wait_for_generation(job, 2)
+        wait_for_running(job)
         job.resize([3, 0])  # the caller's order is the rank order
         assert job.poll().slots == (3, 0)
         assert job.wait(60).phase is JobPhase.FINISHED

@@ -310,11 +310,12 @@ class Session:
         progress, and training simply continues) and for a micro-batch that is not its step's last
         (job inspection: the update comes with the step's last micro-batch).
         """
-        entered = time.perf_counter()
         pending, self._pending = self._pending, None
         if pending is None:
             raise RuntimeError("s.step() needs a batch from s.batches() first")
         probe = self._inspecting if self._counters.step >= INSPECT_WARMUP else None
+        timing = probe is not None or self._balance.active
+        entered = self._finished_at() if timing else time.perf_counter()
         if probe is not None and len(pending.samples):
             probe.timings.append((len(pending.samples), entered - pending.handed_at))
         weight = len(pending.samples) / pending.global_size  # the mean-loss gradient of the global batch
@@ -371,13 +372,21 @@ class Session:
         self._last_samples = pending.whole
         self._balance.observe(timed, pending.global_size)
         if probe is not None:
-            probe.overheads.append(time.perf_counter() - entered - waited)
+            probe.overheads.append(self._finished_at() - entered - waited)
         if self._inspecting is not None and self._counters.step >= INSPECT_STEPS:
             self._inspected()
         self._account(pending.global_size, loss_sum, loss_weight)
         if int(target) > self.generation:
             self._transition(int(target))
         return True
+
+    def _finished_at(self) -> float:
+        """The time once the device has done what was launched on it: CUDA runs kernels asynchronously,
+        so without the wait a GPU step would be timed by its launches (job inspection and the batch
+        balance would see a fast CPU, not the GPU). Only steps that are timed pay for it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     # ---- membership ------------------------------------------------------------------------------
 
