@@ -199,3 +199,9 @@ def test_weight_zero_queues_share_what_is_left_evenly_and_weight_one_is_not_zero
     assert waterfill([1.0, 2.0], [0, 0], [9, 9], 6) == [2, 4]
     # a weight-0 queue gets only what the weighted ones cannot take
     assert waterfill([1.0, 0.0], [0, 0], [2, 9], 6) == [2, 4]
+
+
+def test_a_tie_in_the_remainders_goes_to_the_earlier_queue_whatever_the_float_error() -> None:
+    """Found by the exact transcription: the level is 3, the shares 3, 4.5, 1.5 and 6, one unit is left
+    and queues 1 and 3 tie at .5; the float path had computed 4.4999… and 1.5000… and gave it to 3."""
+    assert waterfill([1.5, 1.5, 0.0, 0.5, 2.0], [2, 4, 6, 0, 0], [3, 5, 6, 2, 7], 21) == [3, 5, 6, 1, 6]

@@ -104,7 +104,9 @@ def _level(w: list[float], lo: list[int], hi: list[int], total: int) -> list[int
         lam += (total - filled(lam)) / rate
     exact = [min(max(wi * lam, a), b) for wi, a, b in zip(w, lo, hi)]
     x = [min(max(int(math.floor(e + 1e-9)), a), b) for e, a, b in zip(exact, lo, hi)]
-    frac = [e - v for e, v in zip(exact, x)]
+    # remainders to 9 places: 4.5 and 1.5 computed as 4.4999… and 1.5000… are a tie, which the
+    # earlier queue wins (the sorts below are stable), not whichever float came out larger
+    frac = [round(e - v, 9) for e, v in zip(exact, x)]
     while sum(x) > total:  # float rounding: take back from the smallest remainders
         i = min((i for i in range(len(x)) if x[i] > lo[i]), key=lambda i: frac[i])
         x[i] -= 1
