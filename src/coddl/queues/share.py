@@ -107,10 +107,7 @@ def _level(w: list[float], lo: list[int], hi: list[int], total: int) -> list[int
     # remainders to 9 places: 4.5 and 1.5 computed as 4.4999… and 1.5000… are a tie, which the
     # earlier queue wins (the sorts below are stable), not whichever float came out larger
     frac = [round(e - v, 9) for e, v in zip(exact, x)]
-    while sum(x) > total:  # float rounding: take back from the smallest remainders
-        i = min((i for i in range(len(x)) if x[i] > lo[i]), key=lambda i: frac[i])
-        x[i] -= 1
-        frac[i] += 1
+    # Σx ≤ Σ(e + 1e-9) = total + n·1e-9 plus the level's float error, far below 1: never over total
     short = total - sum(x)
     for i in sorted((i for i in range(len(x)) if x[i] < hi[i]), key=lambda i: -frac[i])[:short]:
         x[i] += 1
