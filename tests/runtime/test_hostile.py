@@ -50,7 +50,12 @@ def unprivileged_python(user: str) -> tuple[str, ...] | str:
                            timeout=120, cwd="/")
         if r.returncode == 0:
             return (*setpriv, python)
-    return f"no Python interpreter that {user} may run can import coddl (is it installed under a private /root?)"
+    from coddl.elastic.sandbox import _untraversable
+
+    closed = sorted({b for p in sys.path if p and (b := _untraversable(p))})
+    return (f"no Python interpreter that {user} may run can import coddl: "
+            + (f"{', '.join(closed)} (mode 0700 or so) keeps other accounts out of the installation" if closed
+               else "its installation is not readable by other accounts"))
 
 
 def start_pair(root: Path, elsewhere: Path) -> dict[str, Server | str]:
