@@ -47,7 +47,12 @@ def test_a_job_runs_end_to_end_on_the_ray_executor(ray_server):
     assert job["steps_done"] == 120
     losses = [s["loss"] for s in job["samples"] if s["loss"] is not None]
     assert losses[-1] < 0.5 * losses[0]
-    assert {s["world_size"] for s in job["samples"]} == {4}
+    # it trained on all four GPUs; once inspected, its own curve (a fixed sleep per step: more GPUs do not
+    # help) may rightly shrink it, and whether that comes before the end depends on the machine's load
+    sizes = {s["world_size"] for s in job["samples"]}
+    assert 4 in sizes and sizes <= {1, 2, 3, 4}, sizes
+    shrinks = [e for e in job["events"] if e["kind"] == "planned" and e["action"] == "shrink"]
+    assert sizes == {4} or shrinks, job["events"]
     # its first steps were inspected on the Ray nodes as on the local executor: a profile of its own
     profile = srv.admin.get(f"/jobs/{job_id}/profile")
     assert profile.status_code == 200, profile.text
