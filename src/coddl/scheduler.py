@@ -4,6 +4,11 @@ No I/O and no clock: the caller (the simulator's engine or the real controller) 
 feeds events in — arrivals (``submit``), exits (``complete``), measured rates (``set_rate``) — and
 hands the returned Plan to its executor. The scheduler keeps the active jobs in a column table so
 one step costs a few numpy passes over the jobs plus work proportional to the jobs that changed.
+
+Jobs that share GPUs (``JobSpec.gpu_fraction``, ``shareable``; ``placement/sharing.py``) are rigid
+one-GPU jobs to every policy. Under a sharing rule, the GPUs that packing them saves are handed to
+the policy as extra capacity and it decides again, until the packed plan uses every GPU or nobody
+wants more (``_with_sharing``); whole-GPU workloads never take that path.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from coddl.core.cluster import Cluster
 from coddl.core.job import JobId, JobSpec, JobStatus
 from coddl.core.table import JobRecord, JobTable
 from coddl.perf.curves import CurveTable
-from coddl.placement.placer import ConsolidatingPlacer, Request
+from coddl.placement.placer import ConsolidatingPlacer, Placed, Request
+from coddl.placement.sharing import Packing, Retained, SharedGpus, SharingRule, Tenant
 from coddl.policies import restarts
 from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSample
 
@@ -37,7 +43,8 @@ class StepResult:
 
 class Scheduler:
     def __init__(self, cluster: Cluster, policy: Policy, curves: CurveTable, *, seed: int = 0,
-                 type_speed: np.ndarray | None = None, validate: bool = True) -> None:
+                 type_speed: np.ndarray | None = None, validate: bool = True,
+                 sharing: SharingRule | None = None, retained: Retained | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.curves = curves.extended(cluster.total_gpus)
@@ -63,6 +70,10 @@ class Scheduler:
         self.steps = 0
         self._own_curve: dict[JobId, int] = {}  # jobs planned on a curve of their own → its row
         self._free_curves: list[int] = []  # rows of such curves whose job left
+        # jobs sharing GPUs; None: every job holds whole GPUs (sharing jobs too, one each)
+        self.sharing = SharedGpus(cluster, sharing, retained) if sharing is not None and sharing.shares else None
+        self._packing: Packing | None = None  # the decision's packing, carried out by ``step``
+        self._virtual: tuple[int, np.ndarray] | None = None  # capacity the policy sees while packing
 
     # ------------------------------------------------------------------ events in
     def submit(self, spec: JobSpec, now: float, *, attained_service: float = 0.0,
@@ -76,8 +87,12 @@ class Scheduler:
         max_gpus = min(spec.max_gpus if spec.max_gpus is not None else model_max, cap)
         max_gpus = max(max_gpus, min(spec.min_gpus, cap))
         gpu_type = self._type_index.get(spec.gpu_type, -1) if spec.gpu_type else -1
+        if spec.shares_gpu:
+            max_gpus = 1
         r = self.table.add(spec, self._uid, m, max_gpus, now, gpu_type,
                            spec.min_cpus or 0, spec.max_cpus or 0)
+        if self.sharing is not None and spec.shares_gpu:
+            self.sharing.register(Tenant.of(spec, m, gpu_type))
         self.table.service0[r] = attained_service
         if first_start is not None:
             self.table.first_start[r] = first_start
@@ -92,7 +107,15 @@ class Scheduler:
         if status is JobStatus.FINISHED:
             t.work0[r] = t.total_work[r]
         held = int(t.share[r])
-        if held:
+        if self.sharing is not None and job_id in self.sharing.tenants:
+            emptied = self.sharing.forget(job_id)  # its co-tenants speed up: see _cotenant_actions
+            self.allocation.gpus.pop(job_id, None)
+            self.allocation.cores.pop(job_id, None)
+            if emptied is not None:
+                self.placer.release((emptied,))
+                self._gpus_used -= 1
+                self._cores_used -= len(self.placer.gpu_cores(emptied))
+        elif held:
             self.placer.release(self.allocation.gpus.pop(job_id, ()), self.allocation.cores.pop(job_id, ()))
             self._gpus_used -= held
             self._cores_used -= int(t.cpus[r])
@@ -183,8 +206,9 @@ class Scheduler:
     # ------------------------------------------------------------------ the step
     def context(self, now: float) -> Context:
         jobs = JobsView(self.table, now)
+        capacity, by_type = self._virtual or (self.cluster.total_gpus, self._capacity_by_type)
         return Context(
-            now=now, capacity=self.cluster.total_gpus, capacity_by_type=self._capacity_by_type,
+            now=now, capacity=capacity, capacity_by_type=by_type,
             type_names=self.cluster.type_names, cpu_capacity=self.cluster.total_cpus, jobs=jobs,
             curves=self.curves.rate, type_speed=self.type_speed, rng=self.rng, samples=self.samples,
             finished_service=self._finished_service[: self._n_finished],
@@ -208,6 +232,74 @@ class Scheduler:
                                    f"[{j.min_gpus[r]}, {max(j.max_gpus[r], j.requested[r])}]")
 
     def _decide(self, now: float) -> tuple[Context, Shares | np.ndarray]:
+        if self.sharing is None or not self.sharing.tenants:
+            return self._decide_once(now)
+        return self._with_sharing(now)
+
+    def _with_sharing(self, now: float) -> tuple[Context, Shares | np.ndarray]:
+        """Let the policy hand out the GPUs that packing the sharing jobs saves.
+
+        The policy counts each sharing job it admits as one GPU; packed, they hold fewer. It first
+        decides with the GPUs the current packing saves added to its capacity (a policy that keeps
+        running jobs running must see room for them), else with the real capacity, which always
+        fits (every sharing job counted as a whole GPU). Then the slack — GPUs still free once the
+        decision is packed — is added and it decides again, until no GPU is left over, the policy
+        leaves capacity unused (nobody wants more), or a decision no longer fits the real GPUs:
+        the last one that fitted stands."""
+        t, n = self.table, self.table.n
+        sharing = self.sharing
+        assert sharing is not None
+        rows = np.fromiter((t.row[j] for j in sharing.tenants), dtype=np.int64, count=len(sharing.tenants))
+        cap, cap_t = self.cluster.total_gpus, self._capacity_by_type
+        ntypes = len(cap_t)
+        saved_t = sharing.saved_by_type(ntypes)
+        best = None
+        try:
+            if saved_t.any():
+                self._virtual = (cap + int(saved_t.sum()), cap_t + saved_t)
+            ctx, out = self._decide_once(now)
+            for _ in range(n + 2):
+                g = np.asarray(out.gpus if isinstance(out, Shares) else out, dtype=np.int64)
+                admitted = rows[g[rows] > 0]
+                packing = sharing.pack([t.ids[r] for r in admitted.tolist()])
+                whole = g.copy()
+                whole[rows] = 0
+                types = out.gpu_type if isinstance(out, Shares) and out.gpu_type is not None else t.gpu_type[:n]
+                used = np.zeros(ntypes, dtype=np.int64)
+                typed = (whole > 0) & (types >= 0)
+                np.add.at(used, types[typed], whole[typed])
+                shared_t, anywhere = sharing.used_by_type(packing, ntypes)
+                used += shared_t
+                total = int(whole.sum()) + packing.gpus
+                if total > cap or (used > cap_t).any():
+                    if best is not None or self._virtual is None:
+                        break
+                    self._virtual = None  # the current packing's room did not hold: from the real capacity
+                    ctx, out = self._decide_once(now)
+                    continue
+                # policies may reuse their output arrays from one call to the next: keep a copy
+                kept = (Shares(g.copy(), None if out.gpu_type is None else np.array(out.gpu_type), out.cpus)
+                        if isinstance(out, Shares) else g.copy())
+                best = (ctx, kept, packing)
+                slack = cap - total
+                if slack == 0 or int(g.sum()) < ctx.capacity:
+                    break
+                slack_t = cap_t - used
+                if ntypes > 1:  # GPUs of no type yet (any-type jobs, new bins) come from the roomiest types
+                    untyped = int(whole[(whole > 0) & (types < 0)].sum()) + anywhere
+                    for ti in np.argsort(-slack_t, kind="stable"):
+                        take = min(untyped, int(slack_t[ti]))
+                        slack_t[ti] -= take
+                        untyped -= take
+                self._virtual = (ctx.capacity + slack, ctx.capacity_by_type + np.maximum(slack_t, 0))
+                ctx, out = self._decide_once(now)
+        finally:
+            self._virtual = None
+        assert best is not None, "the first decision counts sharing jobs as whole GPUs, so it fits"
+        ctx, out, self._packing = best
+        return ctx, out
+
+    def _decide_once(self, now: float) -> tuple[Context, Shares | np.ndarray]:
         """The policy's shares, under the rule that a job whose resize costs a restart grows only
         when the growth saves more than that cost (``coddl.policies.restarts``). A job held back
         has its maximum set to its share and the policy decides again, so the GPUs it does not
@@ -257,7 +349,8 @@ class Scheduler:
                 cpus = np.asarray(cpus, dtype=np.int64)
                 moved |= (gpus > 0) & (cpus != t.cpus[:n])
             changed = np.flatnonzero(moved)
-        if changed.size == 0:
+        sharing, packing, self._packing = self.sharing, self._packing, None
+        if changed.size == 0 and not (sharing is not None and sharing.touched):
             return StepResult(Plan(), changed)
         t.advance(changed, now)
         rows = changed.tolist()
@@ -267,9 +360,16 @@ class Scheduler:
         cores_wanted = [None] * len(rows) if cpus is None else cpus[changed].tolist()
         requests = [Request(ids[r], k, ty, c) for r, k, ty, c in zip(rows, want, types, cores_wanted)]
         alloc_gpus, alloc_cores = self.allocation.gpus, self.allocation.cores
-        placed = self.placer.place(alloc_gpus, requests, alloc_cores)
+        if sharing is None or packing is None:  # no sharing job decided on: the whole-GPU path
+            placed = self.placer.place(alloc_gpus, requests, alloc_cores)
+        else:
+            if cpus is not None:
+                raise InfeasibleShares(f"{self.policy.name}: a policy that assigns CPU cores cannot run with "
+                                       f"GPU sharing (sharing jobs use their GPU's cores)")
+            placed = self._place_sharing(requests, packing)
         actions: list[Action] = []
         share, cpus_col, gpu_type, rate = t.share, t.cpus, t.gpu_type, t.rate
+        shared = sharing.tenants if sharing is not None else {}
         for r, ty in zip(rows, types):
             jid = ids[r]
             old = alloc_gpus.get(jid, ())
@@ -277,8 +377,9 @@ class Scheduler:
             new, k = p.gpus, len(p.gpus)
             kind = classify(old, new, jid in self._ever_ran)
             cores_changed = p.cores != alloc_cores.get(jid, ())
-            self._gpus_used += k - len(old)
-            self._cores_used += len(p.cores) - int(cpus_col[r])
+            if jid not in shared:  # a shared GPU is counted once, by _place_sharing
+                self._gpus_used += k - len(old)
+                self._cores_used += len(p.cores) - int(cpus_col[r])
             share[r] = k
             if k:
                 gpu_type[r] = ty
@@ -303,7 +404,60 @@ class Scheduler:
             elif kind is not ActionKind.SUSPEND:
                 t.resizes[r] += 1
             actions.append(Action(kind, jid, old, new, len(p.cores), p.cores))
+        if sharing is not None:
+            actions += self._cotenant_actions(sharing, {a.job_id for a in actions}, now)
         return StepResult(Plan(actions), changed)
+
+    def _place_sharing(self, requests: list[Request], packing: Packing) -> dict[JobId, Placed]:
+        """``placer.place`` with sharing jobs: whole jobs shrink first, then the packing is carried
+        out (emptied GPUs back to the placer, new shared GPUs taken best-fit), then whole jobs grow."""
+        sharing = self.sharing
+        assert sharing is not None
+        alloc_gpus = self.allocation.gpus
+        whole_cores = {j: c for j, c in self.allocation.cores.items() if j not in sharing.tenants}
+        mine = [r for r in requests if r.job_id in sharing.tenants]
+        shrinks = [r for r in requests if r.job_id not in sharing.tenants and r.gpus <= len(alloc_gpus.get(r.job_id, ()))]
+        grows = [r for r in requests if r.job_id not in sharing.tenants and r.gpus > len(alloc_gpus.get(r.job_id, ()))]
+        placed = self.placer.place(alloc_gpus, shrinks, whole_cores) if shrinks else {}
+        block = self.placer.gpu_cores
+        before = sharing.gpus_used
+        freed_cores = taken_cores = 0
+
+        def give_back(g: int) -> None:
+            nonlocal freed_cores
+            self.placer.release((g,))
+            freed_cores += len(block(g))
+
+        def take(gpu_type: int) -> int:
+            nonlocal taken_cores
+            g = self.placer.take_one(gpu_type)
+            taken_cores += len(block(g))
+            return g
+
+        where = sharing.commit(packing, take, give_back)
+        self._gpus_used += sharing.gpus_used - before
+        self._cores_used += taken_cores - freed_cores
+        for r in mine:
+            g = where.get(r.job_id) if r.gpus else None
+            placed[r.job_id] = Placed((g,), block(g)) if g is not None else Placed((), ())
+        if grows:
+            placed.update(self.placer.place(alloc_gpus, grows, whole_cores))
+        return placed
+
+    def _cotenant_actions(self, sharing: SharedGpus, acted: set[JobId], now: float) -> list[Action]:
+        """A job whose GPU got or lost a co-tenant runs at a new speed: a COTENANTS action tells the
+        executor (the simulator re-times the job; a real one has nothing to do)."""
+        out = []
+        t = self.table
+        for g in sorted(sharing.take_touched()):
+            for tenant in sharing.on.get(g, ()):
+                jid = tenant.job_id
+                if jid not in acted:
+                    r = t.row[jid]
+                    t.advance(r, now)
+                    out.append(Action(ActionKind.COTENANTS, jid, (g,), (g,), int(t.cpus[r]),
+                                      self.allocation.cores.get(jid, ())))
+        return out
 
     @property
     def cores_in_use(self) -> int:

@@ -23,6 +23,7 @@ class ActionKind(enum.Enum):
     MIGRATE = "migrate"  # some GPUs kept and some swapped, or all moved
     SUSPEND = "suspend"  # loses all GPUs (preempted)
     RECORE = "recore"  # same GPUs, different CPU cores (unified CPU–GPU allocation)
+    COTENANTS = "cotenants"  # same GPU, shared with different jobs now: its speed changes, nothing moves
 
 
 @dataclass(frozen=True, slots=True)

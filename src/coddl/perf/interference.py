@@ -197,3 +197,63 @@ def leave_one_out(measured: PairMeasurements, ridge: float = 1e-2) -> Accuracy:
 
 def _masked(measured: PairMeasurements, keep: np.ndarray) -> PairMeasurements:
     return PairMeasurements(measured.gpu_type, measured.job_types, np.where(keep, measured.retained, np.nan))
+
+
+MEASURED_GPUS = ("K80", "P100", "V100")  # the GPU types Gavel measured co-location on
+
+
+@dataclass(frozen=True)
+class ColocationTable:
+    """``retained[t, a, b]``: f(a|b) for curve models a and b on the cluster's GPU type t, ready for
+    the packer (``placement/sharing.py``). A cluster type Gavel did not measure uses the V100's
+    table (its reference type); a model with no Gavel job type (``heterogeneity.GAVEL_MATCH``)
+    gets the fallback (the average job on that GPU type); ``source`` says which for each entry.
+
+    Gavel's 0 (the two jobs, in the configuration Gavel ran, did not fit one GPU's memory) is kept
+    apart in ``clash``, and ``retained`` holds the model's value there: jobs that declared a
+    fraction of a GPU have said they fit, and run at the model's speed; jobs that did not are
+    not put together (``SharedGpus``)."""
+
+    type_names: tuple[str, ...]
+    models: tuple[str, ...]
+    retained: np.ndarray
+    clash: np.ndarray  # bool, same shape
+    source: np.ndarray  # same shape, "measured" / "model" / "fallback"
+    fallback: np.ndarray  # per type: what an unknown pair keeps (s = p = 0)
+
+    def __call__(self, a: int, b: int, t: int) -> float:
+        k = self.retained.shape[1]
+        return float(self.retained[t, a, b]) if a < k and b < k else float(self.fallback[t])
+
+    def clashes(self, a: int, b: int, t: int) -> bool:
+        k = self.retained.shape[1]
+        return bool(self.clash[t, a, b]) if a < k and b < k else False
+
+    @staticmethod
+    def build(type_names: tuple[str, ...] | list[str], models: tuple[str, ...] | list[str]) -> "ColocationTable":
+        from coddl.perf.heterogeneity import gavel_job_type
+        from coddl.perf.profiles import load_gavel_throughputs
+
+        gavel = load_gavel_throughputs()
+        kinds = [gavel_job_type(m, gavel) or "" for m in models]
+        k, nt = len(models), len(type_names)
+        out, clash = np.ones((nt, k, k)), np.zeros((nt, k, k), dtype=bool)
+        src = np.full((nt, k, k), "fallback", dtype=object)
+        fallback = np.ones(nt)
+        fitted: dict[str, InterferenceModel] = {}
+        for t, name in enumerate(type_names):
+            key = name.upper() if name.upper() in MEASURED_GPUS else "V100"
+            if key not in fitted:
+                fitted[key] = InterferenceModel.fit(load_gavel_pairs(key))
+            model = fitted[key]
+            fallback[t] = model.retained("", "").fraction
+            index = {j: i for i, j in enumerate(model.measured.job_types)}
+            for a in range(k):
+                for b in range(k):
+                    r = model.retained(kinds[a], kinds[b])
+                    out[t, a, b], src[t, a, b] = r.fraction, r.source
+                    if r.source == "measured" and r.fraction == 0.0:
+                        clash[t, a, b] = True
+                        out[t, a, b] = model.predict(index[kinds[a]], index[kinds[b]])
+        clash |= clash.transpose(0, 2, 1)
+        return ColocationTable(tuple(type_names), tuple(models), out, clash, src, fallback)

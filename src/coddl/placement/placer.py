@@ -133,6 +133,21 @@ class ConsolidatingPlacer:
         if self._explicit_cores:
             self.core.release(cores)
 
+    def take_one(self, gpu_type: int = -1) -> int:
+        """One free GPU for jobs that share it (``placement/sharing.py``): best fit, the fullest
+        node with a free GPU (of ``gpu_type``; -1: the type with the most free GPUs)."""
+        if gpu_type < 0 and self._mixed_cluster:
+            gpu_type = int(np.argmax(self.free_by_type()))
+        free = np.where(self._allowed(gpu_type, 0), self.gpu.node_free, 0)
+        if not free.any():
+            raise PlacementError(f"no free GPU left to share (type {gpu_type})")
+        ((node, _),) = self._shape(free, 1)
+        return self.gpu.take(node, 1)[0]
+
+    def gpu_cores(self, gpu: int) -> Cores:
+        """The GPU's proportional block of its node's cores (what jobs sharing it run on)."""
+        return self._gpu_cores[gpu]
+
     def free_by_type(self) -> np.ndarray:
         out = np.zeros(len(self.cluster.type_names), dtype=np.int64)
         np.add.at(out, self._type, self.gpu.node_free)

@@ -118,6 +118,7 @@ class SimExecutor:
         version, heap = self._version, self._heap
         rate_col, model_col, row = t.rate, t.model, t.row
         curves, speed0 = s.curves.rate, s.type_speed[0]
+        shared = s.sharing.gpu_of if s.sharing is not None else {}
         for a in plan.actions:
             job = a.job_id
             v = version.get(job, 0) + 1
@@ -132,6 +133,8 @@ class SimExecutor:
                 rate = self.rate_model.rate(m, a.new, a.cpus)
                 pause = self.reconfig.pause(a, s.curves.names[m], 1.0 / rate if rate > 0 else 0.0)
                 resume_at = max(now + pause, float(t.paused_until[r]) if a.kind is not _SUSPEND else now)
+            if job in shared:  # beside co-tenants: the co-location model's share of its solo speed
+                rate *= s.sharing.retained(job)
             if t.t0[r] != now:  # the step that produced this action has advanced the row already
                 t.advance(r, now)
             rate_col[r] = rate

@@ -50,8 +50,8 @@ class ReconfigCost:
 
     def pause(self, action: Action, model: str, step_time_s: float) -> float:
         """Seconds the job makes no progress after ``action``."""
-        if self.name == "zero" or action.kind is ActionKind.SUSPEND:
-            return 0.0
+        if self.name == "zero" or action.kind in (ActionKind.SUSPEND, ActionKind.COTENANTS):
+            return 0.0  # a new co-tenant changes the job's speed, not its processes
         state = 2 * MODEL_BYTES.get(model, 100e6)  # parameters + optimizer state
         if self.name == "in-place" and action.kind is ActionKind.RECORE:
             return self.regroup_s  # same ranks, new core affinity and input workers

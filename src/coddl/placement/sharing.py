@@ -1,0 +1,313 @@
+"""Many jobs per GPU: which sharing jobs go together on which GPU.
+
+The other scale of GPU management (Salus, Gandiva, Gavel's space sharing, KAI's fractions): a job
+that asks for part of a GPU (``JobSpec.gpu_fraction``) or accepts a co-tenant (``shareable``) is
+packed beside others on one GPU. Policies are not changed: they see a sharing job as a rigid
+one-GPU job; the scheduler lets them hand out the GPUs that packing saves (``Scheduler._decide``)
+and this module decides where the sharing jobs sit.
+
+Rules (``SharingRule``):
+
+* ``exclusive`` — no sharing: each sharing job holds a GPU of its own (the baseline);
+* ``pack`` — Gandiva's packing: a GPU takes sharing jobs while their fractions sum to at most 1
+  and their memory fits the GPU type's;
+* ``aware`` — as ``pack``, and a job joins a GPU only if every job there, the newcomer included,
+  keeps at least ``min_retained`` of its solo speed under the co-location model
+  (``perf/interference.py``, from Gavel's measured pairs): Gavel's space sharing admits a pair
+  only where sharing does not make a job too slow.
+
+Packing is best-fit decreasing: newcomers, largest fraction first, go to the GPU they fit with the
+least room left (existing GPUs and the ones opened in the same decision), else to a new GPU. A
+running sharing job never moves: jobs that stay keep their GPU, so packing never migrates. A GPU
+whose last sharing job leaves goes back to the placer. Only one-GPU jobs share; a data-parallel
+job's GPUs are never shared.
+
+A co-tenant slows a job down: its rate is its solo rate × the product over its co-tenants b of
+f(a|b), the fraction of its speed job a keeps beside b (Gavel measured pairs; for three or more
+jobs the pairwise losses are taken as independent, an approximation stated here because no table
+measured triples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import numpy as np
+
+from coddl.core.cluster import Cluster
+from coddl.core.job import JobId, JobSpec
+
+Mode = Literal["exclusive", "pack", "aware"]
+EPS = 1e-9
+NEW = -1  # a GPU a packing opens: it has no index until the placer gives it one
+
+
+class SharingRuleError(ValueError):
+    """A ``--sharing`` value that is not a rule (one line naming the valid ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SharingRule:
+    mode: Mode = "exclusive"
+    min_retained: float = 0.5  # aware: each tenant keeps at least this share of its solo speed
+
+    @property
+    def shares(self) -> bool:
+        return self.mode != "exclusive"
+
+    def __str__(self) -> str:
+        return f"aware:min_retained={self.min_retained:g}" if self.mode == "aware" else self.mode
+
+    @staticmethod
+    def parse(text: str) -> "SharingRule":
+        """``exclusive``, ``pack``, ``aware`` or ``aware:min_retained=0.6``."""
+        mode, _, opts = text.strip().partition(":")
+        if mode not in ("exclusive", "pack", "aware"):
+            raise SharingRuleError(f"unknown sharing rule {text!r}; valid: exclusive, pack, aware[:min_retained=F]")
+        floor = 0.5
+        for opt in filter(None, opts.split(",")):
+            key, _, value = opt.partition("=")
+            if mode != "aware" or key != "min_retained":
+                raise SharingRuleError(f"sharing rule {text!r}: unknown option {key!r}"
+                                       + ("; valid: min_retained" if mode == "aware" else f"; {mode} takes none"))
+            try:
+                floor = float(value)
+            except ValueError:
+                raise SharingRuleError(f"sharing rule {text!r}: min_retained must be a number, got {value!r}") from None
+            if not 0.0 <= floor <= 1.0:
+                raise SharingRuleError(f"sharing rule {text!r}: min_retained must be in [0, 1], got {value}")
+        return SharingRule(mode, floor)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A sharing job as the packer sees it."""
+
+    job_id: JobId
+    fraction: float  # the part of a GPU it is packed as (JobSpec.packing_fraction)
+    memory_gb: float | None  # None: its fraction of the GPU's memory
+    kind: int  # its row in the co-location matrix (the job's curve model at submission)
+    gpu_type: int = -1  # the type it must run on (-1: any)
+    declared: bool = True  # it asked for a fraction of a GPU (a shareable job did not: it packs as 0.5)
+
+    @staticmethod
+    def of(spec: JobSpec, kind: int, gpu_type: int) -> "Tenant":
+        return Tenant(spec.job_id, spec.packing_fraction, spec.gpu_memory_gb, kind, gpu_type, spec.gpu_fraction < 1.0)
+
+
+@dataclass(slots=True)
+class Bin:
+    """One GPU's tenants (``gpu`` is NEW for a GPU a packing opens)."""
+
+    gpu: int
+    gpu_type: int  # -1 for a new GPU of no requested type: the placer chooses
+    tenants: list[Tenant] = field(default_factory=list)
+
+    @property
+    def used(self) -> float:
+        return sum(t.fraction for t in self.tenants)
+
+
+@dataclass(slots=True)
+class Packing:
+    """A tentative answer: where each admitted sharing job sits (an existing GPU's index, or the
+    index of a new bin in ``opened``), and what it costs in GPUs."""
+
+    at: dict[JobId, int]  # existing GPU
+    opened: list[Bin]  # new GPUs and their tenants
+    kept: dict[int, list[Tenant]]  # existing GPUs that still hold someone → their tenants after
+    leaving: list[JobId]  # sharing jobs that lose their GPU
+
+    @property
+    def gpus(self) -> int:
+        return len(self.kept) + len(self.opened)
+
+
+Retained = Callable[[int, int, int], float]  # (kind of a, kind of b, GPU type) → f(a|b)
+Clash = Callable[[int, int, int], bool]  # (kind, kind, GPU type) → known not to fit one GPU together
+
+
+class SharedGpus:
+    """The sharing jobs' GPUs: which GPU each holds and who else is there."""
+
+    def __init__(self, cluster: Cluster, rule: SharingRule, retained: Retained | None = None,
+                 clash: Clash | None = None) -> None:
+        self.cluster = cluster
+        self.rule = rule
+        self.retained_pair: Retained = retained or (lambda a, b, t: 1.0)
+        self.clash: Clash = clash or (lambda a, b, t: False)
+        self._type_memory = np.array([cluster.gpu_type_of(t).memory_gb for t in cluster.type_names])
+        self._type_of_gpu = cluster.node_type_index[cluster.node_of_gpu]
+        self.tenants: dict[JobId, Tenant] = {}  # every registered sharing job, placed or not
+        self.gpu_of: dict[JobId, int] = {}
+        self.on: dict[int, list[Tenant]] = {}  # GPU → its tenants (only GPUs holding someone)
+        self.touched: set[int] = set()  # GPUs whose tenants changed since the last ``take_touched``
+        # measured f(a|b) per (kind a, kind b, GPU type), replacing the table's value (``observe``)
+        self.measured: dict[tuple[int, int, int], float] = {}
+
+    # ------------------------------------------------------------------ jobs
+    def register(self, tenant: Tenant) -> None:
+        self.tenants[tenant.job_id] = tenant
+
+    def forget(self, job: JobId) -> int | None:
+        """The job left the system; returns the GPU it emptied (to give back), if any."""
+        self.tenants.pop(job, None)
+        return self._leave(job)
+
+    def _leave(self, job: JobId) -> int | None:
+        g = self.gpu_of.pop(job, None)
+        if g is None:
+            return None
+        self.on[g] = [t for t in self.on[g] if t.job_id != job]
+        self.touched.add(g)
+        if not self.on[g]:
+            del self.on[g]
+            return g
+        return None
+
+    @property
+    def gpus_used(self) -> int:
+        return len(self.on)
+
+    # ------------------------------------------------------------------ speed
+    def memory_of(self, tenant: Tenant, gpu_type: int) -> float:
+        cap = float(self._type_memory[max(gpu_type, 0)])
+        return tenant.memory_gb if tenant.memory_gb is not None else tenant.fraction * cap
+
+    def retained(self, job: JobId) -> float:
+        """The share of its solo speed the job keeps beside its co-tenants now (1 alone)."""
+        g = self.gpu_of.get(job)
+        if g is None:
+            return 1.0
+        return self._retained_in(self.tenants[job], self.on[g], int(self._type_of_gpu[g]))
+
+    def _retained_in(self, me: Tenant, group: list[Tenant], gpu_type: int) -> float:
+        f = 1.0
+        t = max(gpu_type, 0)
+        for other in group:
+            if other.job_id != me.job_id:
+                key = (me.kind, other.kind, t)
+                f *= self.measured[key] if key in self.measured else self.retained_pair(*key)
+        return f
+
+    def observe(self, job: JobId, retained: float, weight: float = 0.5) -> bool:
+        """Online correction (the real system): the job, beside exactly one co-tenant, ran at
+        ``retained`` × its solo speed. The pair's value moves that far (``weight``) towards the
+        measurement — an exponential average, so one noisy sample does not rule — and the packer
+        and the ``aware`` rule use it from then on. Returns False when nothing was learnt (the job
+        is alone or has several co-tenants, whose shares of the loss cannot be told apart)."""
+        g = self.gpu_of.get(job)
+        if g is None or len(self.on[g]) != 2 or not retained > 0:
+            return False
+        me, other = (self.on[g][0], self.on[g][1]) if self.on[g][0].job_id == job else (self.on[g][1], self.on[g][0])
+        key = (me.kind, other.kind, int(self._type_of_gpu[g]))
+        old = self.measured.get(key, self.retained_pair(*key))
+        self.measured[key] = (1.0 - weight) * old + weight * min(1.0, retained)
+        return True
+
+    def _fits(self, group: list[Tenant], new: Tenant, gpu_type: int) -> bool:
+        """Fractions sum to at most 1, memory fits, no pair that cannot run together (Gavel's 0:
+        together they do not fit a GPU), and under ``aware`` every tenant keeps its floor."""
+        if new.gpu_type >= 0 and gpu_type >= 0 and new.gpu_type != gpu_type:
+            return False
+        if sum(t.fraction for t in group) + new.fraction > 1.0 + EPS:
+            return False
+        cap = float(self._type_memory[max(gpu_type, 0)])
+        if sum(self.memory_of(t, gpu_type) for t in group) + self.memory_of(new, gpu_type) > cap + EPS:
+            return False
+        if not group:
+            return True
+        # a pair known not to fit one GPU's memory is kept apart unless both declared their fractions
+        if any(not (new.declared and t.declared) and self.clash(new.kind, t.kind, max(gpu_type, 0)) for t in group):
+            return False
+        after = [*group, new]
+        floor = self.rule.min_retained if self.rule.mode == "aware" else 0.0
+        for t in after:
+            kept = self._retained_in(t, after, gpu_type)
+            if kept <= 0.0 or kept < floor - EPS:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ packing
+    def pack(self, admitted: list[JobId]) -> Packing:
+        """Where the ``admitted`` sharing jobs would sit (nothing changes): those placed stay, the
+        others are packed best-fit decreasing; sharing jobs placed but not admitted leave."""
+        want = set(admitted)
+        leaving = [j for j in self.gpu_of if j not in want]
+        gone = set(leaving)
+        kept: dict[int, list[Tenant]] = {}
+        for g, group in self.on.items():
+            stay = [t for t in group if t.job_id not in gone]
+            if stay:
+                kept[g] = stay
+        at = {j: g for j, g in self.gpu_of.items() if j in want}
+        newcomers = sorted((self.tenants[j] for j in admitted if j not in self.gpu_of),
+                           key=lambda t: (-t.fraction, t.job_id))
+        opened: list[Bin] = []
+        if self.rule.mode == "exclusive":
+            opened = [Bin(NEW, t.gpu_type, [t]) for t in newcomers]
+            return Packing(at, opened, kept, leaving)
+        bins = [Bin(g, int(self._type_of_gpu[g]), group) for g, group in kept.items()]
+        for t in newcomers:
+            best, room = None, np.inf
+            for b in bins:
+                left = 1.0 - b.used - t.fraction
+                if left < room - EPS and self._fits(b.tenants, t, b.gpu_type):
+                    best, room = b, left
+            if best is None:
+                best = Bin(NEW, t.gpu_type, [])
+                bins.append(best)
+                opened.append(best)
+            elif best.gpu_type < 0 and t.gpu_type >= 0:
+                best.gpu_type = t.gpu_type
+            best.tenants.append(t)
+            if best.gpu != NEW:
+                at[t.job_id] = best.gpu
+        return Packing(at, opened, kept, leaving)
+
+    def commit(self, packing: Packing, take: Callable[[int], int], give_back: Callable[[int], None]) -> dict[JobId, int]:
+        """Carry a packing out: GPUs whose last tenant leaves go back first (``give_back``), then
+        ``take(gpu_type)`` gives a free GPU to each opened bin. Returns every admitted job's GPU."""
+        for j in packing.leaving:
+            g = self._leave(j)
+            if g is not None:
+                give_back(g)
+        where = dict(packing.at)
+        for j, g in packing.at.items():
+            if self.gpu_of.get(j) != g:
+                self.gpu_of[j] = g
+                self.on.setdefault(g, []).append(self.tenants[j])
+                self.touched.add(g)
+        for b in packing.opened:
+            g = take(b.gpu_type)
+            self.on[g] = list(b.tenants)
+            self.touched.add(g)
+            for t in b.tenants:
+                self.gpu_of[t.job_id] = g
+                where[t.job_id] = g
+        return where
+
+    def take_touched(self) -> set[int]:
+        out, self.touched = self.touched, set()
+        return out
+
+    def saved_by_type(self, ntypes: int) -> np.ndarray:
+        """Per type, the GPUs the current packing saves: jobs placed minus GPUs they hold."""
+        saved = np.zeros(ntypes, dtype=np.int64)
+        for g, group in self.on.items():
+            saved[self._type_of_gpu[g]] += len(group) - 1
+        return saved
+
+    def used_by_type(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
+        """GPUs a packing holds per type, and how many new ones may be of any type."""
+        used = np.zeros(ntypes, dtype=np.int64)
+        for g in packing.kept:
+            used[self._type_of_gpu[g]] += 1
+        anywhere = 0
+        for b in packing.opened:
+            if b.gpu_type >= 0:
+                used[b.gpu_type] += 1
+            else:
+                anywhere += 1
+        return used, anywhere
