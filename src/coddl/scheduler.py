@@ -23,7 +23,7 @@ from coddl.core.job import JobId, JobSpec, JobStatus
 from coddl.core.table import JobRecord, JobTable
 from coddl.perf.curves import CurveTable
 from coddl.placement.placer import ConsolidatingPlacer, Placed, Request
-from coddl.placement.sharing import Packing, Retained, SharedGpus, SharingRule, Tenant
+from coddl.placement.sharing import Clash, Packing, Retained, SharedGpus, SharingRule, Tenant
 from coddl.policies import restarts
 from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSample
 
@@ -44,7 +44,8 @@ class StepResult:
 class Scheduler:
     def __init__(self, cluster: Cluster, policy: Policy, curves: CurveTable, *, seed: int = 0,
                  type_speed: np.ndarray | None = None, validate: bool = True,
-                 sharing: SharingRule | None = None, retained: Retained | None = None) -> None:
+                 sharing: SharingRule | None = None, retained: Retained | None = None,
+                 clash: Clash | None = None) -> None:
         self.cluster = cluster
         self.policy = policy
         self.curves = curves.extended(cluster.total_gpus)
@@ -71,7 +72,8 @@ class Scheduler:
         self._own_curve: dict[JobId, int] = {}  # jobs planned on a curve of their own → its row
         self._free_curves: list[int] = []  # rows of such curves whose job left
         # jobs sharing GPUs; None: every job holds whole GPUs (sharing jobs too, one each)
-        self.sharing = SharedGpus(cluster, sharing, retained) if sharing is not None and sharing.shares else None
+        self.sharing = (SharedGpus(cluster, sharing, retained, clash)
+                        if sharing is not None and sharing.shares else None)
         self._packing: Packing | None = None  # the decision's packing, carried out by ``step``
         self._virtual: tuple[int, np.ndarray] | None = None  # capacity the policy sees while packing
 
@@ -242,10 +244,11 @@ class Scheduler:
         The policy counts each sharing job it admits as one GPU; packed, they hold fewer. It first
         decides with the GPUs the current packing saves added to its capacity (a policy that keeps
         running jobs running must see room for them), else with the real capacity, which always
-        fits (every sharing job counted as a whole GPU). Then the slack — GPUs still free once the
-        decision is packed — is added and it decides again, until no GPU is left over, the policy
-        leaves capacity unused (nobody wants more), or a decision no longer fits the real GPUs:
-        the last one that fitted stands."""
+        fits (every sharing job counted as a whole GPU). Each decision is packed; if it fits the
+        real GPUs, the policy is offered more: the GPUs still free plus the sharing jobs that might
+        still fit on the shared GPUs. One that does not fit is retried with half the offer. It ends
+        when nothing is left to offer, the policy leaves capacity unused (nobody wants more), or an
+        offer of one does not fit: the last decision that fitted stands."""
         t, n = self.table, self.table.n
         sharing = self.sharing
         assert sharing is not None
@@ -254,11 +257,12 @@ class Scheduler:
         ntypes = len(cap_t)
         saved_t = sharing.saved_by_type(ntypes)
         best = None
+        offer = np.zeros(ntypes, dtype=np.int64)  # last offer, per type, on top of the best decision's capacity
         try:
             if saved_t.any():
                 self._virtual = (cap + int(saved_t.sum()), cap_t + saved_t)
-            ctx, out = self._decide_once(now)
-            for _ in range(n + 2):
+            for _ in range(2 * n + 4):
+                ctx, out = self._decide_once(now)
                 g = np.asarray(out.gpus if isinstance(out, Shares) else out, dtype=np.int64)
                 admitted = rows[g[rows] > 0]
                 packing = sharing.pack([t.ids[r] for r in admitted.tolist()])
@@ -271,33 +275,49 @@ class Scheduler:
                 shared_t, anywhere = sharing.used_by_type(packing, ntypes)
                 used += shared_t
                 total = int(whole.sum()) + packing.gpus
-                if total > cap or (used > cap_t).any():
-                    if best is not None or self._virtual is None:
+                if total > cap or (used > cap_t).any():  # did not fit: offer less
+                    if best is None:
+                        self._virtual = None
+                        continue
+                    offer //= 2
+                    if not offer.any():
                         break
-                    self._virtual = None  # the current packing's room did not hold: from the real capacity
-                    ctx, out = self._decide_once(now)
+                    self._virtual = (best[0].capacity + int(offer.sum()), best[0].capacity_by_type + offer)
                     continue
                 # policies may reuse their output arrays from one call to the next: keep a copy
                 kept = (Shares(g.copy(), None if out.gpu_type is None else np.array(out.gpu_type), out.cpus)
                         if isinstance(out, Shares) else g.copy())
                 best = (ctx, kept, packing)
-                slack = cap - total
-                if slack == 0 or int(g.sum()) < ctx.capacity:
+                if int(g.sum()) < ctx.capacity:
                     break
-                slack_t = cap_t - used
-                if ntypes > 1:  # GPUs of no type yet (any-type jobs, new bins) come from the roomiest types
-                    untyped = int(whole[(whole > 0) & (types < 0)].sum()) + anywhere
-                    for ti in np.argsort(-slack_t, kind="stable"):
-                        take = min(untyped, int(slack_t[ti]))
-                        slack_t[ti] -= take
-                        untyped -= take
-                self._virtual = (ctx.capacity + slack, ctx.capacity_by_type + np.maximum(slack_t, 0))
-                ctx, out = self._decide_once(now)
+                offer = self._offer(packing, used, whole, types, anywhere)
+                if not offer.any():
+                    break
+                self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
         finally:
             self._virtual = None
-        assert best is not None, "the first decision counts sharing jobs as whole GPUs, so it fits"
+        assert best is not None, "a decision on the real capacity counts sharing jobs as whole GPUs, so it fits"
         ctx, out, self._packing = best
         return ctx, out
+
+    def _offer(self, packing: Packing, used: np.ndarray, whole: np.ndarray, types: np.ndarray,
+               anywhere: int) -> np.ndarray:
+        """What more a packed decision leaves, per type: the GPUs still free and the sharing jobs
+        that might still fit on its shared GPUs. GPUs of no type yet (any-type jobs, new shared
+        GPUs) are taken from the roomiest types first."""
+        assert self.sharing is not None
+        ntypes = len(used)
+        free_t = self._capacity_by_type - used
+        if ntypes > 1:
+            untyped = int(whole[(whole > 0) & (types < 0)].sum()) + anywhere
+            for ti in np.argsort(-free_t, kind="stable"):
+                take = min(untyped, int(free_t[ti]))
+                free_t[ti] -= take
+                untyped -= take
+        room_t, room_any = self.sharing.room(packing, ntypes)
+        offer = np.maximum(free_t, 0) + room_t
+        offer[int(np.argmax(offer)) if offer.any() else 0] += room_any
+        return offer
 
     def _decide_once(self, now: float) -> tuple[Context, Shares | np.ndarray]:
         """The policy's shares, under the rule that a job whose resize costs a restart grows only

@@ -145,6 +145,38 @@ def aiturbo(
                 f"{r.cpu_utilisation:.2f}", f"{r.vs_aiturbo:.2f}") for r in rows], exp.write(out, runs, rows))
 
 
+@app.command("sharing")
+def sharing(
+    out: Path = typer.Option(Path("results/sharing"), help="output directory"),
+    traces: Optional[str] = typer.Option(None, help="comma-separated: philly, itp-1, gavel-6c71a0 "
+                                                    "(default: all)"),
+    seeds: str = typer.Option("1,2", help="comma-separated seeds (model draw, randomised policies)"),
+    policies: Optional[str] = typer.Option(None, help="policies to compare; default: fifo, srtf, tiresias-l, max-min"),
+    jobs: Optional[int] = typer.Option(None, min=1, help="keep the first N jobs of each trace (default: per trace)"),
+    workers: Optional[int] = typer.Option(None, min=1, help="parallel processes; default: one per core"),
+    ray_address: Optional[str] = RayAddressOpt,
+    ray_connect_timeout_s: float = RayTimeoutOpt,
+) -> None:
+    """GPU sharing against exclusive GPUs on the bundled traces: every one-GPU job may share, under
+    Gandiva's packing and Gavel's interference-aware rule; avg JCT, makespan, GPU utilisation and the
+    share of jobs slowed more than 1.5× by co-tenants."""
+    from coddl.experiments import sharing as exp
+
+    with user_errors():
+        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
+        chosen = _groups("--traces", traces, list(exp.TRACES), list(exp.TRACES), "trace")
+        runs = _run_with_progress(exp.run_all, chosen, seed_list, exp.tasks(pols), jobs, workers,
+                                  lambda r: f"{r.trace} {r.policy} {r.sharing}", ray_address=ray_address,
+                                  ray_connect_timeout_s=ray_connect_timeout_s)
+        rows = exp.table(runs)
+        _show("mean over seeds; ratios ÷ the same policy with exclusive GPUs",
+              ("trace", "policy", "sharing", "avg JCT (h)", "makespan (h)", "GPU util", "slowed > 1.5×",
+               "JCT ÷", "makespan ÷"), 3,
+              [(r.trace, r.policy, r.sharing, f"{r.avg_jct_h:.2f}", f"{r.makespan_h:.1f}", f"{r.gpu_utilisation:.2f}",
+                f"{r.share_slowed:.1%}", f"{r.jct_vs_exclusive:.2f}", f"{r.makespan_vs_exclusive:.2f}") for r in rows],
+              exp.write(out, runs, rows))
+
+
 @app.command("fluid")
 def fluid(
     out: Path = typer.Option(Path("results/fluid"), help="output directory"),

@@ -53,6 +53,10 @@ def server_start(
     ray_connect_timeout_s: float = typer.Option(15.0, "--ray-connect-timeout-s",
                                                 help="give up on an unreachable Ray address after this long"),
     policy: str = typer.Option("afs-p", "--policy", help="scheduling policy, e.g. afs-p or max-min (see `coddl policies`)"),
+    sharing: str = typer.Option("pack", "--sharing",
+                                help="jobs that ask for part of a GPU (gpu_fraction < 1, shareable): pack them "
+                                     "several to a GPU (pack), only where the co-location model says each keeps "
+                                     "enough of its speed (aware[:min_retained=F]), or one GPU each (exclusive)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
     port: int = typer.Option(8470, "--port", help="port to listen on (0: any free port)"),
     state_dir: Optional[Path] = StateOpt,
@@ -82,6 +86,7 @@ def server_start(
     """Run the scheduler, its workers and the REST API until `coddl server stop` or ^C (jobs resume on the next start)."""
     import logging
 
+    from coddl.placement.sharing import SharingRuleError
     from coddl.policies.registry import PolicySpecError
     from coddl.queues.model import QueueError
     from coddl.runtime.controller import ControllerSettings
@@ -98,7 +103,7 @@ def server_start(
     except ValueError as e:
         raise fail(f"--too-large / --max-body-kib: {e}") from None
     config = ServerConfig(state_dir=state_dir or default_state_dir(), gpus=gpus, executor=executor,
-                          ray_address=ray_address, ray_connect_timeout_s=ray_connect_timeout_s, policy=policy,
+                          ray_address=ray_address, ray_connect_timeout_s=ray_connect_timeout_s, policy=policy, sharing=sharing,
                           host=host, port=port, database=database,
                           controller=ControllerSettings(period_s=period_s, job_inspection=job_inspection),
                           workers=ExecutorSettings(checkpoint_s=checkpoint_s), limits=limits, lease_s=lease_s,
@@ -111,6 +116,8 @@ def server_start(
         serve(config, announce=console.print, step=_startup_step)
     except (ConfigError, PolicySpecError, QueueError) as e:
         raise fail(str(e)) from None
+    except SharingRuleError as e:
+        raise fail(f"--sharing: {e}") from None
     except LeaseLost as e:
         err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise typer.Exit(1) from None

@@ -33,6 +33,9 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
             "avg queueing (h)", "GPU util", "CPU util", "reconfigs", "fragmentation"]
     if fair:
         cols += ["mean ρ", "ρ > 1.5", f"Jain ({fair}s)"]
+    shared = any(s.share_slowed_by_sharing == s.share_slowed_by_sharing for s in summaries)
+    if shared:
+        cols += ["slowed > 1.5× by sharing"]
     for col in [*cols, "sim wall (s)"]:
         t.add_column(col, justify="left" if col == "policy" else "right", overflow="fold")
     best = min(s.avg_jct for s in summaries)
@@ -43,6 +46,8 @@ def summary_table(summaries: list[Summary], title: str) -> Table:
                  f"{s.cpu_utilisation:.1%}", str(s.reconfigurations), f"{s.fragmentation:.1%}"]
         if fair:
             cells += [f"{s.mean_rho:.2f}", f"{s.share_rho_over_1_5:.1%}", f"{s.jain_users:.3f}"]
+        if shared:
+            cells.append(f"{s.share_slowed_by_sharing:.1%}")
         t.add_row(*cells, f"{s.wall_s:.1f}", style=style)
     return t
 
@@ -80,6 +85,11 @@ def simulate_cmd(
     out: Optional[Path] = typer.Option(None, help="directory for summary.csv, per-job CSVs, config.json, plots"),
     config: Optional[Path] = typer.Option(None, help="a config.json of an earlier run: reproduce it exactly"),
     check: bool = typer.Option(False, help="verify the simulator's invariants at every step (slower)"),
+    sharing: str = typer.Option("exclusive", help="many jobs per GPU: exclusive (none), pack (Gandiva: fractions "
+                                "and memory fit) or aware[:min_retained=0.5] (also: each keeps that share of "
+                                "its solo speed, by Gavel's measured pairs)"),
+    shared_jobs: str = typer.Option("declared", help="which jobs may share a GPU: declared (gpu_fraction < 1 or "
+                                    "shareable in the trace) or one-gpu (also every job asking for one GPU)"),
     queues: Optional[Path] = typer.Option(None, help="a queue file (teams, quotas, cohorts): every policy runs "
                                                      "without and with these queues; per-queue JCT and quota "
                                                      "attainment are printed and written to queues.csv"),
@@ -92,8 +102,8 @@ def simulate_cmd(
             cfg = SimConfig.build(trace=trace, vc=vc, jobs=jobs, gpus=gpus, gpus_per_node=gpus_per_node,
                                   cluster=str(cluster) if cluster else None, policies=split_policy_list(policies),
                                   seed=seed, reconfig=reconfig, charge_restarts=charge_restarts, rate=rate, allow_mixing=allow_mixing,
-                                  oversized=oversized, model_draw=model_draw,
-                                  queues=str(queues) if queues else None)
+                                  oversized=oversized, model_draw=model_draw, sharing=sharing,
+                                  shared_jobs=shared_jobs, queues=str(queues) if queues else None)
         from coddl import __version__
 
         cfg.version = __version__

@@ -1,7 +1,8 @@
 """The body of every worker process, however it was started (forked from the warm pool, a cold
 ``python -m coddl.elastic SPEC_JSON``, or a Ray actor on another node): send output to the worker's
 log, confine the process (``coddl.elastic.sandbox``) when the spec says so, give it the job's
-environment and working directory (its job directory), and run the user's entry point — or, for a
+environment and working directory (its job directory), put a GPU-sharing job's limits in place
+before anything touches CUDA (``coddl.elastic.gpu_share``), and run the user's entry point — or, for a
 command job (``program``), start the user's program and stay as its parent: the init of the job's PID
 namespace, which passes SIGTERM on to the program and reaps what it leaves behind."""
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from coddl.elastic import sandbox
+from coddl.elastic import gpu_share, sandbox
 from coddl.elastic.failure import Failure, report
 from coddl.elastic.protocol import WorkerEnv
 from coddl.elastic.sandbox import Confinement
@@ -90,6 +91,7 @@ def run_worker(spec: WorkerSpec) -> None:
         env |= {"HOME": c.home or c.job_dir, "USER": c.account or "", "LOGNAME": c.account or ""}
     os.environ.clear()
     os.environ.update(env | spec.env)
+    gpu_share.apply(os.environ, in_process=not spec.program)  # a sharing job's limits, before CUDA starts
     if spec.program:
         sys.exit(run_program(spec, confined=c is not None))
     torch.set_num_threads(spec.threads)

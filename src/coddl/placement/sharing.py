@@ -299,6 +299,27 @@ class SharedGpus:
             saved[self._type_of_gpu[g]] += len(group) - 1
         return saved
 
+    def room(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
+        """How many more of the sharing jobs left out of ``packing`` might still fit on its GPUs, by
+        fraction alone (an upper bound: memory and the aware rule may refuse some), per type of the
+        GPU, and on new GPUs of no type yet: the extra jobs a policy may be offered."""
+        placed = set(packing.at) | {t.job_id for b in packing.opened for t in b.tenants}
+        waiting = [t.fraction for j, t in self.tenants.items() if j not in placed]
+        per_type = np.zeros(ntypes, dtype=np.int64)
+        if not waiting:
+            return per_type, 0
+        smallest = min(waiting)
+        anywhere = 0
+        for gpu_type, group in [(int(self._type_of_gpu[g]), grp) for g, grp in packing.kept.items()] + \
+                               [(b.gpu_type, b.tenants) for b in packing.opened]:
+            fits = int((1.0 - sum(t.fraction for t in group) + EPS) // smallest)
+            if gpu_type >= 0:
+                per_type[gpu_type] += fits
+            else:
+                anywhere += fits
+        scale = min(1.0, len(waiting) / max(1, int(per_type.sum()) + anywhere))
+        return np.floor(per_type * scale).astype(np.int64), int(anywhere * scale)
+
     def used_by_type(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
         """GPUs a packing holds per type, and how many new ones may be of any type."""
         used = np.zeros(ntypes, dtype=np.int64)

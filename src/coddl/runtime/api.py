@@ -204,18 +204,21 @@ def create_app(store: Store, info: ClusterInfo, jobs_dir: Path, on_change: Calla
         c = info.cluster
         alloc = store.allocations()
         jobs = {jid: store.get_job(jid) for jid in alloc}
-        holder: dict[int, int] = {g: jid for jid, gs in alloc.items() for g in gs}
+        holders: dict[int, list[int]] = {}  # several jobs on one GPU: they share it (gpu_fraction, shareable)
+        for jid, gs in sorted(alloc.items()):
+            for g in gs:
+                holders.setdefault(g, []).append(jid)
         nodes = []
         for i, n in enumerate(c.nodes):
             first = int(c.node_first_gpu[i])
             gpus = []
             for g in range(first, first + n.gpus):
-                jid = holder.get(g)
-                visible = jid is not None and (u.admin or jobs[jid].owner == u.name)
-                gpus.append({"gpu": g, "job": jid if visible else None, "busy": jid is not None,
-                             "owner": jobs[jid].owner if visible else None})
+                seen = [j for j in holders.get(g, ()) if u.admin or jobs[j].owner == u.name]
+                jid = seen[0] if seen else None
+                gpus.append({"gpu": g, "job": jid, "jobs": seen, "tenants": len(holders.get(g, ())),
+                             "busy": g in holders, "owner": jobs[jid].owner if jid is not None else None})
             nodes.append({"name": n.name, "gpu_type": n.gpu_type, "cpus": n.cpus, "gpus": gpus})
         return SafeJSONResponse({"executor": info.executor, "policy": info.policy, "total_gpus": c.total_gpus,
-                                 "gpus_in_use": len(holder), "jobs": store.counts(), "nodes": nodes})
+                                 "gpus_in_use": len(holders), "jobs": store.counts(), "nodes": nodes})
 
     return app

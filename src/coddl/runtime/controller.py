@@ -53,6 +53,7 @@ from typing import Callable
 import numpy as np
 
 from coddl.core.job import JobId, JobStatus
+from coddl.elastic.gpu_share import GpuShare
 from coddl.perf.correction import OnlineCorrection
 from coddl.policies.base import ThroughputSample
 from coddl.runtime.executors.base import (
@@ -76,6 +77,8 @@ from coddl.runtime.store import JobView, ProgressUpdate, Store
 from coddl.scheduler import Scheduler
 
 log = logging.getLogger("coddl.controller")
+
+SOLO_SAMPLES = 3  # reports alone after which a sharing job's solo speed is its own, not the prior's
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,12 @@ class Controller:
                               attained_service=job.attained_service, first_start=first_start)
         self._labels[jid] = spec.model if spec.model != DEFAULT_MODEL else f"job-{jid}"
         env = spec.environment()
-        inspect = spec.kind == "elastic" and self.settings.job_inspection
+        # A job that may share a GPU is not inspected: it never resizes (what a profile plans), and its
+        # first steps may run beside co-tenants, which would make the profile measure them too.
+        sharing = self.scheduler.sharing is not None and spec.shares_gpu
+        if sharing:
+            env |= GpuShare(spec.gpu_fraction, spec.shareable, spec.gpu_memory_gb).to_environ()
+        inspect = spec.kind == "elastic" and self.settings.job_inspection and not sharing
         stored = self.store.profile(job.id) if inspect else None
         if stored is not None:
             try:
@@ -340,8 +348,33 @@ class Controller:
                 self.estimates.observe(jid, tuple(int(c) for c in per_node), ev.steps_per_s)
             return
         m = int(s.table.model[s.table.row[jid]])
+        if self._colocated(jid):
+            self._observe_colocation(jid, m, ev.steps_per_s)
+            return
         predicted = float(s.curves.rate[m, min(ev.world_size, s.curves.kmax)])
         self._corrections[jid].observe(predicted, ev.steps_per_s)
+
+    def _colocated(self, jid: JobId) -> bool:
+        """The job shares its GPU with another job now."""
+        sharing = self.scheduler.sharing
+        g = sharing.gpu_of.get(jid) if sharing is not None else None
+        return g is not None and len(sharing.on.get(g, ())) > 1
+
+    def _observe_colocation(self, jid: JobId, m: int, measured: float) -> None:
+        """A progress report of a job beside co-tenants corrects the co-location model, not the job:
+        measured ÷ its solo prediction (its curve on one GPU × its speed factor) is the share of its
+        speed it keeps beside them (``SharedGpus.observe``, which learns only from a pair). Feeding it
+        to the job's own correction would take the co-tenant's toll for the job's own slowness.
+
+        The solo prediction is trusted only once the job has reported alone ``SOLO_SAMPLES`` times:
+        before that its speed factor is the prior's guess (a job with no measured curve is planned on
+        an assumed one), and the ratio would say more about that guess than about its co-tenant."""
+        corr = self._corrections.get(jid)
+        if corr is None or corr.samples < SOLO_SAMPLES:
+            return
+        solo = float(self.scheduler.curves.rate[m, 1]) * corr.factor
+        if solo > 0:
+            self.scheduler.sharing.observe(jid, measured / solo)
 
     def _inspected(self, jid: JobId, ev: InspectionEvent) -> None:
         """The job timed its first steps: build, store and plan on its profile."""

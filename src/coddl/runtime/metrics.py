@@ -151,12 +151,14 @@ class _Snapshot(Collector):
         by_user: dict[tuple[str, str], int] = defaultdict(int)
         for j in holders:
             by_user[(j.owner, queues.names[queues.queue_of(j.owner)])] += len(j.gpus)
-        allocated = GaugeMetricFamily("coddl_gpus_allocated", "GPUs held by each user's jobs, and the user's queue",
+        allocated = GaugeMetricFamily("coddl_gpus_allocated", "GPUs held by each user's jobs, and the user's queue "
+                                      "(a GPU jobs share counts for each of them)",
                                       labels=["user", "queue"])
         for (user, queue), n in sorted(by_user.items()):
             allocated.add_metric([user, queue], n)
         yield allocated
-        yield GaugeMetricFamily("coddl_gpus_idle", "GPUs no job holds", value=total - sum(by_user.values()))
+        held = len({g for j in holders for g in j.gpus})  # a GPU jobs share is held once
+        yield GaugeMetricFamily("coddl_gpus_idle", "GPUs no job holds", value=total - held)
         yield from self._queues(queues)
         counts = self.store.counts()
         jobs = GaugeMetricFamily("coddl_jobs", "jobs by state", labels=["state"])

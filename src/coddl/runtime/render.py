@@ -211,10 +211,12 @@ def cluster_view(c: dict[str, Any]) -> Group:
     for n in c["nodes"]:
         cells = []
         for g in n["gpus"]:
-            holder = str(g["job"]) if g["job"] is not None else ("x" if g["busy"] else "·")
+            seen = g.get("jobs") or ([g["job"]] if g["job"] is not None else [])
+            hidden = max(0, g.get("tenants", len(seen)) - len(seen))
+            holder = "+".join([*map(str, seen), *(["x"] * hidden)]) if g["busy"] else "·"
             cells.append(f"{g['gpu']}:{holder}")
         t.add_row(n["name"], n["gpu_type"], str(n["cpus"]), "  ".join(cells))
-    return Group(head, t, Text("· free   x another user's job", style="dim"))
+    return Group(head, t, Text("· free   x another user's job   a+b jobs sharing one GPU", style="dim"))
 
 
 def _date(ts: float | None) -> str:

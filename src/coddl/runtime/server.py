@@ -28,6 +28,9 @@ from fastapi import FastAPI
 
 from coddl.clusterspec import ClusterSpecError, load_cluster
 from coddl.core.cluster import Cluster
+from coddl.perf.interference import ColocationTable
+from coddl.placement.sharing import SharingRule
+from coddl.policies.base import Policy
 from coddl.policies.registry import make_policy
 from coddl.queues.config import load_queues
 from coddl.queues.policy import QueuedPolicy
@@ -52,6 +55,9 @@ from coddl.scheduler import Scheduler
 from coddl.waiting import WaitTimeout, wait_until
 
 DEFAULT_POLICY = "afs-p"
+# A job asks to share only by giving gpu_fraction < 1 or shareable: true, and one that asks for a
+# quarter of a GPU expects to share it; --sharing exclusive gives each such job a GPU of its own.
+DEFAULT_SHARING = "pack"
 LOCAL_GPUS = 8
 
 log = logging.getLogger("coddl.server")
@@ -65,6 +71,7 @@ class ServerConfig:
     ray_address: str | None = None
     ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     policy: str = DEFAULT_POLICY
+    sharing: str = DEFAULT_SHARING  # many jobs per GPU: exclusive | pack | aware[:min_retained=F]
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     database: str | None = None  # SQLAlchemy URL; default SQLite in the state dir
@@ -149,6 +156,7 @@ class Runtime:
         self.lease: Lease | None = None
         try:
             make_policy(config.policy)  # a bad policy name fails before anything starts
+            sharing = SharingRule.parse(config.sharing)  # and so does a bad sharing rule
             queues = load_queues(config.queues) if config.queues else None  # and so does a bad queue file
             spec = load_spec(config.cluster_spec)  # and so does a bad cluster spec
             with step("opening the store and taking its lease"):
@@ -168,7 +176,7 @@ class Runtime:
                 stored_queues.replace_all(self.store, cluster, queues)
             policy = QueuedPolicy(stored_queues.stored_queues(self.store), lambda: make_policy(config.policy))
             policy.quotas(cluster.total_gpus, cluster.total_cpus)  # stored quotas larger than this cluster fail here
-            self.scheduler = Scheduler(cluster, policy, runtime_curves())
+            self.scheduler = sharing_scheduler(cluster, policy, sharing)
             self.controller = Controller(self.store.fenced(self.lease.fence), self.scheduler, self.executor,
                                          self.jobs_dir, config.controller)
             self.metrics = ClusterMetrics(self.store, self.executor.cluster, policy.describe(), self.executor.kind)
@@ -213,6 +221,22 @@ class Runtime:
         app.include_router(metrics_router(self.metrics))
         mount_dashboard(app, self.store, info, self.jobs_dir)
         return app
+
+
+def sharing_scheduler(cluster: Cluster, policy: Policy, sharing: SharingRule) -> Scheduler:
+    """The scheduler on the runtime's curves, with ``sharing`` for the jobs that ask to share a GPU.
+    Co-tenants are priced by the co-location model over the runtime's curve names and this cluster's
+    GPU types (``perf/interference.ColocationTable``: Gavel's measured pairs; a type Gavel did not
+    measure, like a local slot, takes the V100's), which each tenant's measured throughput then
+    corrects (``Controller._observe``)."""
+    curves = runtime_curves()
+    if not sharing.shares:
+        return Scheduler(cluster, policy, curves, sharing=sharing)
+    table = ColocationTable.build(cluster.type_names, curves.names)
+    scheduler = Scheduler(cluster, policy, curves, sharing=sharing, retained=table)
+    assert scheduler.sharing is not None
+    scheduler.sharing.clash = table.clashes
+    return scheduler
 
 
 class HttpServer:
@@ -292,6 +316,7 @@ def serve(config: ServerConfig, announce=print, step: Step = _quietly) -> None: 
         c = runtime.executor.cluster
         announce(f"coddl server on {http.url} (docs: {http.url}/docs) — {runtime.executor.kind} executor, "
                  f"{c.total_gpus} GPUs on {len(c.nodes)} node(s), policy {runtime.scheduler.policy.describe()}, "
+                 f"GPU sharing {runtime.config.sharing}, "
                  f"state in {runtime.state_dir}, jobs isolated: {runtime.isolation.describe()}")
         if runtime.config.cluster_spec is not None:
             lk = c.links

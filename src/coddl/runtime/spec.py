@@ -10,6 +10,10 @@ Why an elastic job is Python: every worker runs the script in-process through ``
 (forked from a warm pool that has already imported torch), so its command must end up as a script
 path plus argv. A ``kind: command`` job is run as it is, as a rigid gang with torchrun's environment
 (``coddl.elastic.gang``): resized only by restarting it, and only if it says it can be.
+
+Sharing a GPU: ``gpu_fraction`` below 1 (or ``shareable: true``) makes a one-GPU job that the server
+may pack beside others on one GPU (``coddl server start --sharing``); ``gpu_memory_gb`` is what it
+needs of that GPU's memory. Such a job runs on exactly one GPU, so min_gpus and max_gpus must be 1.
 """
 
 from __future__ import annotations
@@ -125,6 +129,15 @@ class JobFile(StoredInput):
     steps_per_epoch: int | None = _count("optimizer steps per epoch, with epochs")
     batch_size: int | None = _count("the global batch size, kept constant whatever the GPU count "
                                     "(GLOBAL_BATCH in the job's environment)")
+    gpu_fraction: float = Field(1.0, gt=0, le=1, strict=True,
+                                description="the part of one GPU the job needs (0 < f <= 1); below 1 the job runs on "
+                                            "one GPU that other such jobs may share (with CUDA: that share of its "
+                                            "memory, and of its compute under MPS)")
+    shareable: bool = Field(False, strict=True,
+                            description="a one-GPU job that accepts one co-tenant on its GPU (packed as half a GPU)")
+    gpu_memory_gb: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True,
+                                        description="with gpu_fraction < 1 or shareable: the GPU memory the job needs "
+                                                    "in GiB, enforced with CUDA (default: its share of the GPU's)")
     env: dict[str, str] = Field(default_factory=dict,
                                 description="environment variables of every worker (names other than CODDL_*; "
                                             "values are text)")
@@ -207,6 +220,16 @@ class JobFile(StoredInput):
             reserved = sorted(set(self.env) & set(GANG_ENV))
             if reserved:
                 raise _FieldError("env", f"{reserved[0]}: set by coddl for each process of a command job")
+        if self.shares_gpu:
+            if self.min_gpus != 1:
+                raise _FieldError("min_gpus", f"a job sharing a GPU (gpu_fraction < 1 or shareable) runs on one GPU: "
+                                              f"min_gpus must be 1, got {self.min_gpus}")
+            if self.max_gpus not in (None, 1):
+                raise _FieldError("max_gpus", f"a job sharing a GPU (gpu_fraction < 1 or shareable) runs on one GPU: "
+                                              f"max_gpus must be 1, got {self.max_gpus}")
+        elif self.gpu_memory_gb is not None:
+            raise _FieldError("gpu_memory_gb", "only for a job sharing a GPU (gpu_fraction < 1 or shareable: true); "
+                                               "a whole-GPU job has all of its GPU's memory")
         if (self.steps is None) == (self.epochs is None):
             raise _FieldError("steps", "give exactly one of steps or epochs")
         if self.epochs is not None and self.steps_per_epoch is None:
@@ -219,6 +242,11 @@ class JobFile(StoredInput):
         return self
 
     # ------------------------------------------------------------------ derived
+    @property
+    def shares_gpu(self) -> bool:
+        """The job may run beside others on one GPU (``JobSpec.shares_gpu``)."""
+        return self.gpu_fraction < 1.0 or self.shareable
+
     @property
     def total_steps(self) -> int:
         """The work the scheduler plans with, in optimizer steps at the job's global batch."""
@@ -265,8 +293,9 @@ class JobFile(StoredInput):
         left = max(1, self.total_steps - steps_done)
         rigid = self.kind == "command" and not self.restartable
         return JobSpec(job_id=job_id, arrival=arrival, requested_gpus=self.min_gpus, total_work=float(left),
-                       model=model, min_gpus=self.min_gpus, max_gpus=self.min_gpus if rigid else self.max_gpus,
-                       user=owner)
+                       model=model, min_gpus=self.min_gpus, max_gpus=self.min_gpus if rigid or self.shares_gpu
+                       else self.max_gpus, user=owner, gpu_fraction=self.gpu_fraction, shareable=self.shareable,
+                       gpu_memory_gb=self.gpu_memory_gb)
 
 
 class _FieldError(ValueError):

@@ -43,6 +43,10 @@ class SimConfig(BaseModel):
     oversized: Literal["skip", "cap", "fail"] = "skip"  # jobs larger than the cluster (sim/fit.py)
     model_draw: Literal["seeded", "coddl-authors"] = "seeded"  # for trace jobs naming no model (sim/workload.py)
     queues: str | None = None  # a queue file: each policy also runs over these queues (coddl.queues)
+    # many jobs per GPU (placement/sharing.py): exclusive, pack or aware[:min_retained=F]
+    sharing: str = "exclusive"
+    # which jobs may share: those whose spec says so, or also every trace job asking for one GPU
+    shared_jobs: Literal["declared", "one-gpu"] = "declared"
     version: str = ""
 
     @field_validator("policies")
@@ -53,6 +57,14 @@ class SimConfig(BaseModel):
         for spec in specs:
             make_policy(spec)  # a PolicySpecError names the policy and the valid ones
         return specs
+
+    @field_validator("sharing")
+    @classmethod
+    def _known_sharing(cls, rule: str) -> str:
+        from coddl.placement.sharing import SharingRule
+
+        SharingRule.parse(rule)  # a SharingRuleError names the valid rules
+        return rule
 
     @property
     def rate_model(self) -> str:

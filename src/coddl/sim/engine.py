@@ -100,6 +100,8 @@ def simulate(specs: list[JobSpec], scheduler: Scheduler, reconfig: ReconfigCost 
     if progress is not None:
         progress(len(records))
     res.events = events
+    if scheduler.sharing is not None:
+        res.colocation = ex.colocation
     res.steps = scheduler.steps
     res.wall_s = time.perf_counter() - wall
     if check:

@@ -69,6 +69,32 @@ class WorkAudit:
         return self.done.get(job, 0.0)
 
 
+@dataclass
+class ColocationLog:
+    """Per sharing job, the seconds it ran and the seconds its co-tenants cost it: ∫ (1 − retained)
+    dt over its running time, so ran ÷ (ran − lost) is how many times slower co-location made it."""
+
+    ran: dict[JobId, float] = field(default_factory=dict)
+    lost: dict[JobId, float] = field(default_factory=dict)
+    _open: dict[JobId, tuple[float, float]] = field(default_factory=dict)  # job → (since, retained)
+
+    def change(self, job: JobId, now: float, retained: float | None) -> None:
+        """The job's co-location changed at ``now`` (None: it stopped running)."""
+        since, kept = self._open.pop(job, (now, 1.0))
+        if now > since:
+            self.ran[job] = self.ran.get(job, 0.0) + (now - since)
+            self.lost[job] = self.lost.get(job, 0.0) + (now - since) * (1.0 - kept)
+        if retained is not None:
+            self._open[job] = (now, retained)
+
+    def running(self, job: JobId) -> bool:
+        return job in self._open
+
+    def slowdown(self, job: JobId) -> float:
+        ran = self.ran.get(job, 0.0)
+        return ran / (ran - self.lost.get(job, 0.0)) if ran > 0 else 1.0
+
+
 class SimExecutor:
     """``now`` is the engine's virtual clock: ``apply`` acts at it and ``events`` reports the exits
     due at it."""
@@ -96,6 +122,7 @@ class SimExecutor:
         self._heap: list[tuple[float, int, JobId, int]] = []
         self._version: dict[JobId, int] = {}
         self._seq = 0
+        self.colocation = ColocationLog()  # filled only for sharing jobs
 
     # ------------------------------------------------------------------ the Executor protocol
     def register(self, launch: LaunchSpec) -> None:
@@ -133,8 +160,11 @@ class SimExecutor:
                 rate = self.rate_model.rate(m, a.new, a.cpus)
                 pause = self.reconfig.pause(a, s.curves.names[m], 1.0 / rate if rate > 0 else 0.0)
                 resume_at = max(now + pause, float(t.paused_until[r]) if a.kind is not _SUSPEND else now)
-            if job in shared:  # beside co-tenants: the co-location model's share of its solo speed
-                rate *= s.sharing.retained(job)
+            if job in shared or self.colocation.running(job):
+                kept = s.sharing.retained(job) if job in shared else None
+                if kept is not None:  # beside co-tenants: the co-location model's share of its solo speed
+                    rate *= kept
+                self.colocation.change(job, now, kept)
             if t.t0[r] != now:  # the step that produced this action has advanced the row already
                 t.advance(r, now)
             rate_col[r] = rate
@@ -155,6 +185,8 @@ class SimExecutor:
             _, _, job, v = heapq.heappop(heap)
             if version.get(job) == v:
                 del version[job]
+                if self.colocation.running(job):
+                    self.colocation.change(job, now, None)
                 out.append(ExitEvent(job, True, now))
         return out
 

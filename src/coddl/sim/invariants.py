@@ -18,6 +18,9 @@ class InvariantViolation(AssertionError):
 def check_step(s: Scheduler, now: float) -> None:
     alloc = s.allocation.gpus
     shared = s.sharing.gpu_of if s.sharing is not None else {}
+    total = sum(len(g) for j, g in alloc.items() if j not in shared) + (s.sharing.gpus_used if s.sharing else 0)
+    if total > s.cluster.total_gpus:
+        raise InvariantViolation(f"t={now}: {total} GPUs allocated > capacity {s.cluster.total_gpus}")
     seen: set[int] = set()
     for job, gpus in alloc.items():
         if job in shared:
@@ -30,8 +33,8 @@ def check_step(s: Scheduler, now: float) -> None:
     if s.sharing is not None:
         _check_shared(s, now, seen)
         seen.update(s.sharing.on)
-    if len(seen) > s.cluster.total_gpus or len(seen) != s.gpus_in_use:
-        raise InvariantViolation(f"t={now}: {len(seen)} GPUs held, {s.gpus_in_use} counted, capacity {s.cluster.total_gpus}")
+    if s.sharing is not None and len(seen) != s.gpus_in_use:
+        raise InvariantViolation(f"t={now}: {len(seen)} GPUs held, {s.gpus_in_use} counted")
     busy = np.flatnonzero(~s.placer.free)
     if set(busy.tolist()) != seen:
         raise InvariantViolation(f"t={now}: placer free-map disagrees with the allocation")

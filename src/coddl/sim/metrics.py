@@ -47,6 +47,8 @@ class Summary:
     share_rho_over_1_5: float = float("nan")  # jobs slowed more than 1.5× their fair time
     jain_users: float = float("nan")  # Jain's index of the mean ρ of each user (or group)
     fairness_groups: str = ""  # "user", or "group" (the trace's group / VC) when it names no users
+    # jobs that co-tenants on their GPU made more than 1.5× slower while they ran (nan: no sharing)
+    share_slowed_by_sharing: float = float("nan")
 
     def row(self) -> dict[str, float | int | str]:
         return asdict(self)
@@ -146,6 +148,8 @@ def summarise(res: SimResult, curves: CurveTable | None = None) -> Summary:
     busy = time_integral(res.utilisation, end)
     frag_span = end - res.fragmentation[0][0] if res.fragmentation else 0.0
     starts = sum(1 for r in recs if r.first_start == r.first_start)
+    if res.colocation is not None:
+        fair["share_slowed_by_sharing"] = float(np.mean([res.colocation.slowdown(r.spec.job_id) > 1.5 for r in recs]))
     return Summary(
         policy=res.policy,
         jobs=len(recs),

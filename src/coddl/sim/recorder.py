@@ -9,7 +9,7 @@ from coddl.core.allocation import Plan
 from coddl.core.job import JobId
 from coddl.core.table import JobRecord
 from coddl.scheduler import Scheduler
-from coddl.sim.executor import WorkAudit
+from coddl.sim.executor import ColocationLog, WorkAudit
 
 
 @dataclass
@@ -31,6 +31,7 @@ class SimResult:
     actions: int = 0
     wall_s: float = 0.0
     audit: WorkAudit | None = None
+    colocation: ColocationLog | None = None  # sharing jobs' time beside co-tenants (None: no sharing)
 
 
 class Recorder:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -11,6 +11,8 @@ from coddl.core.cluster import Cluster
 from coddl.core.job import JobSpec
 from coddl.perf.curves import CurveTable, load_coddl_curves
 from coddl.perf.heterogeneity import type_speed_matrix
+from coddl.perf.interference import ColocationTable
+from coddl.placement.sharing import SharingRule
 from coddl.policies.registry import make_policy
 from coddl.queues.config import load_queues
 from coddl.queues.model import QueueSet
@@ -36,6 +38,7 @@ class Prepared:
     # trace jobs left out (the model draw's rules, jobs larger than the cluster), with the reason
     skipped: list[Skipped] = field(default_factory=list)
     queues: QueueSet | None = None  # teams and quotas (SimConfig.queues)
+    colocation: ColocationTable | None = None  # what a co-tenant costs (SimConfig.sharing)
 
 
 def build_cluster(cfg: SimConfig) -> Cluster:
@@ -61,6 +64,8 @@ def prepare(cfg: SimConfig, trace: Trace | None = None, curves: CurveTable | Non
     else:
         specs = build_workload(trace, curves, seed=cfg.seed)
     specs, too_big = fit_to_cluster(specs, cluster, cfg.oversized)
+    if cfg.shared_jobs == "one-gpu":
+        specs = [one_gpu_shareable(s) for s in specs]
     queues = None
     if cfg.queues:
         queues, specs, outside = fit_to_queues(cfg.queues, specs, cluster)
@@ -69,7 +74,18 @@ def prepare(cfg: SimConfig, trace: Trace | None = None, curves: CurveTable | Non
     estimator = None
     if rate == "estimator" or len(cluster.type_names) > 1:
         estimator = EstimatorRate(cluster, curves.extended(cluster.total_gpus), type_speed, cfg.allow_mixing)
-    return Prepared(cluster, curves, specs, type_speed, estimator, skipped + too_big, queues)
+    colocation = None
+    if SharingRule.parse(cfg.sharing).shares:
+        colocation = ColocationTable.build(cluster.type_names, curves.names)
+    return Prepared(cluster, curves, specs, type_speed, estimator, skipped + too_big, queues, colocation)
+
+
+def one_gpu_shareable(spec: JobSpec) -> JobSpec:
+    """``shared_jobs=one-gpu``: a trace job asking for one GPU becomes a shareable one-GPU job (as
+    Gavel space-shares and Gandiva packs single-GPU jobs); it then never grows beyond its GPU."""
+    if spec.requested_gpus != 1 or spec.shares_gpu:
+        return spec
+    return replace(spec, shareable=True, min_gpus=1, max_gpus=1)
 
 
 def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = False,
@@ -77,7 +93,8 @@ def run_policy(prep: Prepared, policy: str, cfg: SimConfig, *, check: bool = Fal
     """Replay the workload through ``policy`` (over ``prep.queues`` when ``queued``)."""
     pol = QueuedPolicy(prep.queues, lambda: make_policy(policy)) if queued and prep.queues else make_policy(policy)
     sched = Scheduler(prep.cluster, pol, prep.curves, seed=cfg.seed, type_speed=prep.type_speed,
-                      validate=check)
+                      validate=check, sharing=SharingRule.parse(cfg.sharing), retained=prep.colocation,
+                      clash=prep.colocation.clashes if prep.colocation is not None else None)
     sched.placer.allow_mixing = cfg.allow_mixing
     est = prep.estimator
     if est is not None and len(prep.cluster.type_names) > 1:

@@ -99,7 +99,7 @@ class Dashboard:
         held, throughput = self._history(u, since, now)
         return self.page("overview.html", request, user=u, nodes=self._gpus(u, holders), jobs=jobs,
                          counts=self.store.counts(), queues=self._queues(u),
-                         gpus_in_use=sum(len(j.gpus) for j in holders), window=window, windows=WINDOWS_MIN,
+                         gpus_in_use=len({g for j in holders for g in j.gpus}), window=window, windows=WINDOWS_MIN,
                          allocation_chart=held, throughput_chart=throughput)
 
     def _queues(self, u: User) -> list[dict[str, Any]]:

@@ -7,9 +7,16 @@ exits and lost workers, reporting progress — is this one class.
 Ordering without stalls: ``apply`` returns at once; each operation (an action, a cancel, closing a
 finished job, re-growing after a lost worker) runs in its own thread once its dependencies are done:
 the previous operation on the same job (a job's operations happen in the order given), and, for each
-GPU it takes, the operation that made the previous holder let go of that GPU (a GPU is never used
-by two jobs at once). Nothing else waits, so a slow resize of one job holds up only that job and
-whoever gets its GPUs next — never the whole cluster.
+GPU it takes, the operations that made its previous holders let go of that GPU (a GPU is never used
+by two jobs at once, unless both share it on purpose). Nothing else waits, so a slow resize of one
+job holds up only that job and whoever gets its GPUs next — never the whole cluster.
+
+Shared GPUs: jobs that share a GPU (``coddl.placement.sharing``) hold it at once. A sharing job that
+joins a GPU waits only for the jobs that left it — never for the tenants that stay — and a job that
+takes a GPU after several tenants waits for every one of them to have let go. A ``cotenants``
+action (the job's GPU got or lost a co-tenant: its speed changes, nothing moves) needs nothing of
+the executor: the job keeps its workers, its GPU and its cores (the GPU's, shared with its
+co-tenants), and no event is reported for it; the plan's record in the store is its only trace.
 
 Keeping the allocation: after a worker dies the job continues on the survivors, with fewer workers
 than GPUs allocated to it. The allocation did not change, so the monitor re-grows the job onto its
@@ -25,7 +32,7 @@ import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import psutil
 
@@ -114,7 +121,8 @@ class ElasticExecutor:
         self._host = host
         self._launches: dict[JobId, LaunchSpec] = {}
         self._jobs: dict[JobId, _Running] = {}
-        self._gpu_free_after: dict[int, Future] = {}  # GPU → the operation that releases it
+        # GPU → the operations that release it, one per job that let go of it (several: a shared GPU)
+        self._gpu_free_after: dict[int, list[Future]] = {}
         self._lock = threading.Lock()
         self._events: list[ExecutorEvent] = []
         self._closed = threading.Event()
@@ -131,16 +139,17 @@ class ElasticExecutor:
         actions = sorted(plan.actions, key=lambda a: a.kind not in _RELEASES)
         with self._lock:
             for a in actions:
+                if a.kind is ActionKind.COTENANTS:
+                    continue  # same GPU, same cores, same workers: nothing to carry out
                 r = self._jobs.get(a.job_id)
                 if r is None:
                     if a.job_id not in self._launches:
                         continue  # the job has already left; its exit event is on the way
                     r = self._open(a.job_id)
                 taken = set(a.new) - set(r.target)
-                deps = [r.chain] + [self._gpu_free_after[g] for g in taken if g in self._gpu_free_after]
+                deps = [r.chain] + [f for g in taken for f in self._gpu_free_after.get(g, ())]
                 r.chain = self._after(deps, self._act, r, a)
-                for g in set(r.target) - set(a.new):
-                    self._gpu_free_after[g] = r.chain
+                self._released(set(r.target) - set(a.new), r.chain)
                 r.target = a.new
 
     def cancel(self, job_id: JobId) -> None:
@@ -211,9 +220,15 @@ class ElasticExecutor:
     def _retire(self, r: _Running, fn: Callable[[_Running], None]) -> None:
         """Queue the job's last operation; its GPUs are free once that has run. Caller holds _lock."""
         r.chain = self._after([r.chain], fn, r)
-        for g in r.target:
-            self._gpu_free_after[g] = r.chain
+        self._released(r.target, r.chain)
         r.target = ()
+
+    def _released(self, gpus: Iterable[int], op: Future) -> None:
+        """``op`` lets go of ``gpus``: whoever takes one next waits for it, and for any other job's
+        release of the same GPU still under way (its co-tenants'). Caller holds _lock."""
+        for g in gpus:
+            pending = [f for f in self._gpu_free_after.get(g, ()) if not f.done()]
+            self._gpu_free_after[g] = [*pending, op]
 
     def _emit(self, ev: ExecutorEvent) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 from pathlib import Path
 
 import psutil
@@ -25,13 +26,35 @@ from coddl.runtime.isolation import ConfinedLauncher, Isolation
 
 
 def local_cluster(gpus: int) -> Cluster:
-    """This host as a one-node cluster of ``gpus`` slots with the host's CPU cores."""
+    """This host as a one-node cluster of ``gpus`` slots with the host's CPU cores (and, with CUDA, the
+    smallest of its first ``gpus`` GPUs' memory, which the packer of GPU-sharing jobs counts)."""
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1, got {gpus}")
-    if torch.cuda.is_available() and gpus > torch.cuda.device_count():
-        raise ConfigError(f"--gpus {gpus}: this host has {torch.cuda.device_count()} GPUs")
+    memory = None
+    if torch.cuda.is_available():
+        if gpus > torch.cuda.device_count():
+            raise ConfigError(f"--gpus {gpus}: this host has {torch.cuda.device_count()} GPUs")
+        memory = gpu_memory_gib(gpus)
     node = Node(name=socket.gethostname() or "localhost", gpus=gpus, gpu_type="local", cpus=os.cpu_count() or 1)
-    return Cluster(nodes=(node,), gpu_types={"local": GpuType("local")})
+    kind = GpuType("local") if memory is None else GpuType("local", memory_gb=memory)
+    return Cluster(nodes=(node,), gpu_types={"local": kind})
+
+
+def gpu_memory_gib(gpus: int, run=subprocess.run) -> float | None:  # noqa: ANN001 - subprocess.run-like
+    """The smallest memory (GiB) of GPUs 0..gpus-1 as ``nvidia-smi`` reports it (in MiB), or None. Asked
+    of nvidia-smi rather than torch: torch would create a CUDA context in the server for it."""
+    try:
+        out = run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                  capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    try:
+        mib = [float(line) for line in out.stdout.split()][:gpus]
+    except ValueError:
+        return None
+    return min(mib) / 1024.0 if len(mib) == gpus and min(mib) > 0 else None
 
 
 class LocalExecutor(ElasticExecutor):

@@ -1,0 +1,292 @@
+"""Many jobs per GPU (placement/sharing.py, the scheduler's sharing path, the simulator's co-location
+charge): packing properties, hand-computed co-located JCTs, whole-GPU runs unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coddl.core.cluster import Cluster, GpuType, Node
+from coddl.core.job import JobSpec
+from coddl.perf.curves import CurveTable
+from coddl.perf.interference import ColocationTable, load_gavel_pairs
+from coddl.placement.sharing import SharedGpus, SharingRule, SharingRuleError, Tenant
+from coddl.policies.registry import make_policy
+from coddl.scheduler import Scheduler
+from coddl.sim.engine import simulate
+from coddl.sim.invariants import InvariantViolation, check_step
+
+# two models, one iteration per second on one GPU, perfectly scalable to 4
+CURVES = CurveTable(["a", "b"], np.array([[0.0, 1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0, 4.0]]), np.array([4, 4]))
+PAIR = {(0, 1): 0.6, (1, 0): 0.8, (0, 0): 0.7, (1, 1): 0.7}  # f(a|b): a keeps 0.6 beside b, b keeps 0.8
+
+
+def retained(a: int, b: int, t: int) -> float:
+    return PAIR[(a, b)]
+
+
+def job(jid: str, arrival: float, work: float, model: str = "a", gpus: int = 1, **kw) -> JobSpec:
+    return JobSpec(jid, arrival, gpus, work, model, max_gpus=kw.pop("max_gpus", gpus), **kw)
+
+
+def run(specs: list[JobSpec], gpus: int, rule: str | None, policy: str = "fifo", per_node: int | None = None):
+    cluster = Cluster.for_gpus(gpus, per_node or gpus)
+    s = Scheduler(cluster, make_policy(policy), CURVES, sharing=SharingRule.parse(rule) if rule else None,
+                  retained=retained)
+    res = simulate(specs, s, check=True)
+    return {r.spec.job_id: r.finish for r in res.records}, res, s
+
+
+# ---------------------------------------------------------------- hand-computed co-location
+def test_two_half_gpu_jobs_share_one_gpu_at_the_measured_slowdowns() -> None:
+    """a keeps 0.6 beside b, b keeps 0.8 beside a; 100 iterations each at 1 it/s alone. Together from
+    t=0: b ends at 100/0.8 = 125 s, when a has done 0.6 × 125 = 75, so a ends at 125 + 25 = 150 s.
+    On exclusive GPUs (one GPU, FIFO) they run one after the other: 100 s and 200 s."""
+    specs = [job("a1", 0, 100, "a", gpu_fraction=0.5), job("b1", 0, 100, "b", gpu_fraction=0.5)]
+    shared, res, _ = run(specs, 1, "pack")
+    assert shared == pytest.approx({"a1": 150.0, "b1": 125.0})
+    assert res.colocation.slowdown("b1") == pytest.approx(1 / 0.8)
+    assert res.colocation.slowdown("a1") == pytest.approx(150 / (125 * 0.6 + 25))  # ran 150 s, worked 100
+    alone, _, _ = run(specs, 1, "exclusive")
+    assert alone == pytest.approx({"a1": 100.0, "b1": 200.0})
+
+
+def test_aware_keeps_apart_a_pair_that_slows_a_job_below_its_floor() -> None:
+    """Under aware:min_retained=0.7 the pair (a keeps 0.6) may not share: they run one after the other."""
+    specs = [job("a1", 0, 100, "a", gpu_fraction=0.5), job("b1", 0, 100, "b", gpu_fraction=0.5)]
+    assert run(specs, 1, "aware:min_retained=0.7")[0] == pytest.approx({"a1": 100.0, "b1": 200.0})
+    assert run(specs, 1, "aware:min_retained=0.6")[0] == pytest.approx({"a1": 150.0, "b1": 125.0})
+
+
+def test_fractions_over_one_gpu_are_not_packed_together() -> None:
+    specs = [job("x", 0, 100, gpu_fraction=0.6), job("y", 0, 100, gpu_fraction=0.5)]
+    assert run(specs, 1, "pack")[0] == pytest.approx({"x": 100.0, "y": 200.0})
+
+
+def test_memory_need_keeps_jobs_apart_even_when_fractions_fit() -> None:
+    cluster = Cluster(nodes=(Node("n0", 1, "T"),), gpu_types={"T": GpuType("T", memory_gb=16.0)})
+    specs = [job("x", 0, 100, gpu_fraction=0.25, gpu_memory_gb=10.0), job("y", 0, 100, gpu_fraction=0.25, gpu_memory_gb=8.0)]
+    s = Scheduler(cluster, make_policy("fifo"), CURVES, sharing=SharingRule.parse("pack"), retained=retained)
+    res = simulate(specs, s, check=True)
+    assert {r.spec.job_id: r.finish for r in res.records} == pytest.approx({"x": 100.0, "y": 200.0})
+
+
+def test_a_co_tenant_leaving_speeds_the_other_up_and_a_newcomer_joins_a_running_gpu() -> None:
+    """b arrives at 50 s beside the running a: a has 50 left at 0.6 → but b (100 at 0.8) ends at
+    50 + 125 = 175 unless a ends first: a ends at 50 + 50/0.6 = 133.3, then b (done 0.8 × 83.3 = 66.7)
+    runs alone: 133.3 + 33.3 = 166.7."""
+    specs = [job("a1", 0, 100, "a", gpu_fraction=0.5), job("b1", 50, 100, "b", gpu_fraction=0.5)]
+    got = run(specs, 1, "pack")[0]
+    assert got["a1"] == pytest.approx(50 + 50 / 0.6)
+    assert got["b1"] == pytest.approx(50 + 50 / 0.6 + (100 - 0.8 * 50 / 0.6))
+
+
+def test_a_packed_gpu_leaves_room_the_policy_gives_to_a_whole_gpu_job() -> None:
+    """Two GPUs: two half-GPU jobs pack onto one, so FIFO can start the whole-GPU job at once (without
+    sharing it would wait for one of them)."""
+    specs = [job("h1", 0, 100, "a", gpu_fraction=0.5), job("h2", 0, 100, "a", gpu_fraction=0.5),
+             job("w", 0, 100, "b")]
+    got = run(specs, 2, "pack")[0]
+    assert got["w"] == pytest.approx(100.0)
+    assert got["h1"] == pytest.approx(100 / 0.7) and got["h2"] == pytest.approx(100 / 0.7)
+    assert run(specs, 2, "exclusive")[0]["w"] == pytest.approx(200.0)
+
+
+# ---------------------------------------------------------------- packing properties
+fractions = st.sampled_from([0.125, 0.25, 0.3, 0.5, 0.75, 1.0])
+
+
+@st.composite
+def workloads(draw) -> list[JobSpec]:
+    n = draw(st.integers(1, 24))
+    out = []
+    for i in range(n):
+        arrival = float(draw(st.integers(0, 400)))
+        work = float(draw(st.integers(1, 300)))
+        model = draw(st.sampled_from(["a", "b"]))
+        kind = draw(st.sampled_from(["whole", "fraction", "shareable", "multi"]))
+        if kind == "whole":
+            out.append(job(f"j{i}", arrival, work, model))
+        elif kind == "multi":
+            out.append(job(f"j{i}", arrival, work, model, gpus=2))
+        elif kind == "shareable":
+            out.append(job(f"j{i}", arrival, work, model, shareable=True))
+        else:
+            mem = draw(st.one_of(st.none(), st.sampled_from([2.0, 6.0, 12.0])))
+            out.append(job(f"j{i}", arrival, work, model, gpu_fraction=draw(fractions.filter(lambda f: f < 1)),
+                           gpu_memory_gb=mem))
+    return out
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=workloads(), rule=st.sampled_from(["pack", "aware", "aware:min_retained=0.65"]),
+       policy=st.sampled_from(["fifo", "srtf", "max-min", "tiresias-l", "afs-l"]), gpus=st.integers(2, 6))
+def test_no_gpu_is_overcommitted_and_whole_jobs_never_share(specs, rule, policy, gpus) -> None:
+    """simulate(check=True) checks at every step: shared GPUs' fractions and memory within the GPU,
+    every tenant placed where the packer says, no shared GPU also held whole, no whole-GPU job's GPU
+    held by another, the free map equal to the allocation; at the end ∫ rate dt = work for each job."""
+    finished, res, s = run(specs, gpus, rule, policy, per_node=2)
+    assert set(finished) == {x.job_id for x in specs}
+    multi = {x.job_id for x in specs if x.requested_gpus > 1}
+    assert all(res.colocation.slowdown(j) == 1.0 for j in multi)
+
+
+@settings(max_examples=60, deadline=None)
+@given(jobs=st.lists(st.tuples(fractions.filter(lambda f: f < 1), st.integers(0, 1)), min_size=1, max_size=30),
+       gone=st.sets(st.integers(0, 29)))
+def test_packing_is_stable_and_never_overcommits(jobs, gone) -> None:
+    """Packing every job, then the same set again, changes nothing; after some leave, the others stay
+    where they were; fractions per GPU never exceed 1; best fit never opens a GPU a job would fit."""
+    cluster = Cluster.for_gpus(64, 8)
+    sg = SharedGpus(cluster, SharingRule("pack"), retained)
+    ids = [f"t{i}" for i in range(len(jobs))]
+    for jid, (f, kind) in zip(ids, jobs):
+        sg.register(Tenant(jid, f, None, kind))
+    free = list(range(64))
+    sg.commit(sg.pack(ids), lambda t: free.pop(0), free.append)
+    for group in sg.on.values():
+        assert sum(t.fraction for t in group) <= 1 + 1e-9
+    lower_bound = int(np.ceil(sum(f for f, _ in jobs) - 1e-9))
+    assert lower_bound <= sg.gpus_used <= max(1, 2 * lower_bound)  # best fit is within 2× of optimal
+    before = dict(sg.gpu_of)
+    again = sg.pack(ids)
+    assert not again.opened and not again.leaving and again.at == before
+    stay = [j for i, j in enumerate(ids) if i not in gone]
+    sg.commit(sg.pack(stay), lambda t: free.pop(0), free.append)
+    assert {j: sg.gpu_of[j] for j in stay} == {j: before[j] for j in stay}
+    assert set(sg.gpu_of) == set(stay)
+    assert sg.gpus_used + len(free) == 64
+
+
+def test_unchanged_shares_give_an_unchanged_placement_in_the_scheduler() -> None:
+    specs = [job(f"h{i}", 0, 1000, "a", gpu_fraction=0.25) for i in range(6)] + [job("w", 0, 1000, "b", gpus=2)]
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), CURVES, sharing=SharingRule.parse("pack"),
+                  retained=retained)
+    for x in specs:
+        s.submit(x, 0.0)
+    first = s.step(0.0)
+    held = dict(s.allocation.gpus)
+    again = s.step(1.0)
+    assert first.plan.actions and not again.plan.actions and s.allocation.gpus == held
+    check_step(s, 1.0)
+    assert s.gpus_in_use == 2 + 2  # six quarter-GPU jobs on two GPUs, the whole job on two
+
+
+def test_the_invariant_checker_catches_an_overcommitted_gpu() -> None:
+    specs = [job("x", 0, 100, gpu_fraction=0.5), job("y", 0, 100, gpu_fraction=0.5)]
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("fifo"), CURVES, sharing=SharingRule.parse("pack"),
+                  retained=retained)
+    for x in specs:
+        s.submit(x, 0.0)
+    s.step(0.0)
+    g = s.sharing.gpu_of["x"]
+    s.sharing.on[g].append(Tenant("ghost", 0.5, None, 0))
+    with pytest.raises(InvariantViolation, match="over-committed"):
+        check_step(s, 0.0)
+
+
+# ---------------------------------------------------------------- whole-GPU runs unchanged
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "tiresias-l", "afs-l", "max-min", "optimus"])
+def test_a_sharing_rule_without_sharing_jobs_changes_nothing(policy: str) -> None:
+    from coddl.sim.config import SimConfig
+    from coddl.sim.run import prepare, run_policy
+
+    base = SimConfig.build(trace="philly", jobs=300, gpus=32, policies=[policy])
+    prep = prepare(base)
+    a = run_policy(prep, policy, base)
+    b = run_policy(prep, policy, SimConfig.build(trace="philly", jobs=300, gpus=32, policies=[policy], sharing="aware"))
+    assert [(r.spec.job_id, r.finish, r.resizes) for r in a.records] == [(r.spec.job_id, r.finish, r.resizes) for r in b.records]
+
+
+# ---------------------------------------------------------------- the co-location table and the rule
+def test_the_colocation_table_reproduces_gavels_measured_pairs() -> None:
+    """Models matched to one of Gavel's job types ("same network": ResNet-50, Transformer) carry
+    Gavel's measured V100 fraction, and Gavel's 0 (the two did not fit one GPU) is a clash."""
+    names = ["Resnet50Model128", "TransformerModel256", "DeepspeechModel64", "ChatbotModel256"]
+    table = ColocationTable.build(["V100"], names)
+    measured = load_gavel_pairs("v100")
+    from coddl.perf.heterogeneity import gavel_job_type
+    from coddl.perf.profiles import load_gavel_throughputs
+
+    gavel = load_gavel_throughputs()
+    kinds = [gavel_job_type(n, gavel) for n in names]
+    idx = {k: i for i, k in enumerate(measured.job_types)}
+    checked = 0
+    for a in range(len(names)):
+        for b in range(len(names)):
+            f = measured.retained[idx[kinds[a]], idx[kinds[b]]]
+            if np.isnan(f):
+                continue
+            checked += 1
+            if f == 0:
+                assert table.clashes(a, b, 0) and 0 < table(a, b, 0) < 1
+            else:
+                assert table(a, b, 0) == pytest.approx(f) and table.source[0, a, b] == "measured"
+    assert checked >= 10
+    assert table(0, 99, 0) == pytest.approx(float(table.fallback[0]))  # an own curve of the real system
+
+
+def test_clashing_pairs_share_only_when_both_declared_their_fractions() -> None:
+    cluster = Cluster.for_gpus(2, 2)
+    sg = SharedGpus(cluster, SharingRule("pack"), retained, clash=lambda a, b, t: True)
+    sg.register(Tenant("s1", 0.5, None, 0, declared=False))
+    sg.register(Tenant("s2", 0.5, None, 1, declared=False))
+    assert sg.pack(["s1", "s2"]).gpus == 2
+    sg.register(Tenant("f1", 0.5, None, 0))
+    sg.register(Tenant("f2", 0.5, None, 1))
+    assert sg.pack(["f1", "f2"]).gpus == 1
+
+
+def test_online_correction_moves_the_pair_towards_what_was_measured() -> None:
+    cluster = Cluster.for_gpus(1, 1)
+    sg = SharedGpus(cluster, SharingRule("aware", 0.5), retained)
+    for jid, kind in (("x", 0), ("y", 1)):
+        sg.register(Tenant(jid, 0.5, None, kind))
+    sg.commit(sg.pack(["x", "y"]), lambda t: 0, lambda g: None)
+    assert sg.retained("x") == pytest.approx(0.6)
+    assert sg.observe("x", 0.2)
+    assert sg.retained("x") == pytest.approx(0.4)  # halfway from 0.6 to 0.2
+    assert sg.retained("y") == pytest.approx(0.8)  # the other direction is its own pair
+    # the corrected pair is now below the floor: a new (x-kind, y-kind) pair is not packed together
+    sg.register(Tenant("x2", 0.5, None, 0))
+    sg.register(Tenant("y2", 0.5, None, 1))
+    assert sg.pack(["x", "y", "x2", "y2"]).gpus == 3
+    assert not sg.observe("nobody", 0.5)
+
+
+@pytest.mark.parametrize("text, error", [
+    ("share", "unknown sharing rule"), ("pack:min_retained=0.5", "pack takes none"),
+    ("aware:floor=1", "unknown option 'floor'"), ("aware:min_retained=x", "must be a number"),
+    ("aware:min_retained=1.5", "must be in [0, 1]")])
+def test_a_bad_sharing_rule_is_one_line(text: str, error: str) -> None:
+    with pytest.raises(SharingRuleError) as e:
+        SharingRule.parse(text)
+    assert error in str(e.value) and "\n" not in str(e.value)
+
+
+def test_rules_round_trip() -> None:
+    for text in ("exclusive", "pack", "aware:min_retained=0.6"):
+        assert str(SharingRule.parse(text)) == text
+
+
+@pytest.mark.parametrize("kw, error", [
+    (dict(gpu_fraction=0.0), "gpu_fraction must be in (0, 1]"), (dict(gpu_fraction=1.5), "gpu_fraction"),
+    (dict(gpu_fraction=0.5, requested_gpus=2), "runs on one GPU"), (dict(shareable=True, max_gpus=4), "runs on one GPU"),
+    (dict(gpu_memory_gb=0.0), "gpu_memory_gb must be > 0")])
+def test_a_bad_sharing_request_is_refused(kw: dict, error: str) -> None:
+    base = dict(job_id="j", arrival=0.0, requested_gpus=1, total_work=10.0, model="a")
+    with pytest.raises(ValueError) as e:
+        JobSpec(**{**base, **kw})
+    assert error in str(e.value)
+
+
+def test_packing_fraction_of_each_kind() -> None:
+    base = dict(job_id="j", arrival=0.0, requested_gpus=1, total_work=10.0, model="a")
+    assert JobSpec(**base).packing_fraction == 1.0 and not JobSpec(**base).shares_gpu
+    assert JobSpec(**base, shareable=True).packing_fraction == 0.5
+    assert JobSpec(**base, gpu_fraction=0.25, shareable=True).packing_fraction == 0.25
+    assert dataclasses.replace(JobSpec(**base), gpu_fraction=0.3).shares_gpu
