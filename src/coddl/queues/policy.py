@@ -47,6 +47,8 @@ class QueuedPolicy(Policy):
         self._quotas: tuple[tuple[int, int], Quotas] | None = None
         self._entitled = np.zeros((2, len(queues.names)), dtype=np.int64)
         self._signature: dict[int, tuple] = {}  # per queue: what its policy saw when it last ran
+        # per queue: the shares its jobs held when its policy last ran, and that policy's answer
+        self._answer: dict[int, tuple[bytes, np.ndarray, np.ndarray | None, np.ndarray | None]] = {}
         self._wakes: dict[int, float | None] = {}  # per queue: when its policy asked to run again
         self._ran: set[int] = set()  # queues whose policy ran at the last decision
 
@@ -61,7 +63,7 @@ class QueuedPolicy(Policy):
         self._qidx = np.full(0, -1, dtype=np.int64)
         self._quotas = None
         self._entitled = np.zeros((2, len(queues.names)), dtype=np.int64)
-        self._signature, self._wakes, self._ran = {}, {}, set()
+        self._signature, self._wakes, self._ran, self._answer = {}, {}, set(), {}
 
     def quotas(self, gpus: int, cpus: int) -> Quotas:
         if self._quotas is None or self._quotas[0] != (gpus, cpus):
@@ -127,13 +129,28 @@ class QueuedPolicy(Policy):
             sig = (int(ent[0, qi]), int(ent[1, qi]), j.uid[rows].tobytes(), j.speed[rows].tobytes())
             wake = self._wakes.get(qi)
             if self._signature.get(qi) == sig and (wake is None or wake > ctx.now):
-                kept.append(rows)  # nothing this queue's policy looks at changed: its shares stand
+                answer = self._answer.get(qi)
+                answered = answer is not None and answer[0] == self._held(j, rows)
+                kept.append((rows, answered))  # nothing this queue's policy looks at changed: its shares stand
+                if answered:
+                    # Asked again before its last answer was carried out (the scheduler tries several
+                    # capacities in one decision when jobs share GPUs): the answer stands, not the shares.
+                    gpus[rows] = answer[1]
+                    if answer[2] is not None:
+                        if types is None:
+                            types = j.gpu_type.copy()
+                        types[rows] = answer[2]
+                    if answer[3] is not None:
+                        if cpus is None:
+                            cpus = np.full(n, -1, dtype=np.int64)
+                        cpus[rows] = answer[3]
             else:
                 run.append((qi, rows))
                 self._signature[qi] = sig
-        for rows in kept:  # GPUs of a type that queues left as they were hold
-            typed = rows[(gpus[rows] > 0) & (j.gpu_type[rows] >= 0)]
-            free_by_type -= np.bincount(j.gpu_type[typed], weights=gpus[typed],
+        for rows, _ in kept:  # GPUs of a type that queues left as they were hold
+            held_types = (types if types is not None else j.gpu_type)
+            typed = rows[(gpus[rows] > 0) & (held_types[rows] >= 0)]
+            free_by_type -= np.bincount(held_types[typed], weights=gpus[typed],
                                         minlength=free_by_type.size).astype(np.int64)
         self._ran = {qi for qi, _ in run}
         for qi, rows in run:
@@ -146,6 +163,9 @@ class QueuedPolicy(Policy):
             share = out if isinstance(out, Shares) else Shares(np.asarray(out))
             g = cut_to_fit(sub, np.asarray(share.gpus, dtype=np.int64), share.gpu_type, self.elastic)
             gpus[rows] = g
+            self._answer[qi] = (self._held(j, rows), g.copy(),
+                                None if share.gpu_type is None else np.array(share.gpu_type, dtype=np.int64),
+                                None if share.cpus is None else np.array(share.cpus, dtype=np.int64))
             if share.gpu_type is not None:
                 if types is None:
                     types = j.gpu_type.copy()
@@ -158,8 +178,9 @@ class QueuedPolicy(Policy):
                     cpus = np.full(n, -1, dtype=np.int64)  # -1: a queue whose policy left cores to the placer
                 cpus[rows] = share.cpus
         if cpus is not None:  # queues left as they were keep their cores; others get their GPUs' share
-            for rows in kept:
-                cpus[rows] = j.cpus[rows]
+            for rows, answered in kept:
+                if not answered:
+                    cpus[rows] = j.cpus[rows]
             per_gpu = ctx.cpu_capacity // max(1, ctx.capacity)
             cpus = np.where(cpus < 0, gpus * per_gpu, cpus)
         return Shares(gpus, types, cpus)
@@ -180,10 +201,17 @@ class QueuedPolicy(Policy):
         for qi in set(self._wakes) - present:  # queues without jobs want nothing
             del self._wakes[qi]
             self._signature.pop(qi, None)
+            self._answer.pop(qi, None)
         times = [w for w in self._wakes.values() if w is not None]
         return min(times) if times else None
 
     # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _held(j, rows: np.ndarray) -> bytes:  # noqa: ANN001 - the context's jobs view
+        """What ``rows`` hold now (GPUs, their type, cores): an answer given at another holding was
+        carried out since, and the shares are what stands."""
+        return j.share[rows].tobytes() + j.gpu_type[rows].tobytes() + j.cpus[rows].tobytes()
+
     @staticmethod
     def _partition(q: np.ndarray):  # noqa: ANN205 - yields (queue index, ascending rows)
         if q.size and (q == q[0]).all():  # every job in one queue (no queues configured): no sort

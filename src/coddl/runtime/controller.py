@@ -25,6 +25,12 @@ per-job ``OnlineCorrection``; the factor reaches the scheduler (``set_speed``) a
 and only when it moved by more than ``speed_tolerance`` — a policy re-run on every noisy sample
 would resize jobs back and forth for nothing.
 
+Sharing a GPU (``--sharing``; ``coddl.placement.sharing``): a job that asked for part of a GPU gets
+its share in its workers' environment (``coddl.elastic.gpu_share`` limits it there) and is not
+inspected. While it has co-tenants its reports correct the co-location model instead of its own
+speed: measured ÷ its solo prediction is the share of its speed it keeps beside them
+(``_observe_colocation``); alone, its reports are its own as above.
+
 Restart costs: a restartable command job is resized by restart; the scheduler grows it only when
 that saves more than the restart costs, which is measured from the job's own restarts
 (``coddl.runtime.restart_cost``; the stored ones count after a controller restart).

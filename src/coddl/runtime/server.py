@@ -233,10 +233,7 @@ def sharing_scheduler(cluster: Cluster, policy: Policy, sharing: SharingRule) ->
     if not sharing.shares:
         return Scheduler(cluster, policy, curves, sharing=sharing)
     table = ColocationTable.build(cluster.type_names, curves.names)
-    scheduler = Scheduler(cluster, policy, curves, sharing=sharing, retained=table)
-    assert scheduler.sharing is not None
-    scheduler.sharing.clash = table.clashes
-    return scheduler
+    return Scheduler(cluster, policy, curves, sharing=sharing, retained=table, clash=table.clashes)
 
 
 class HttpServer:
