@@ -29,6 +29,9 @@ from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSam
 
 
 _NONE = np.zeros(0, dtype=np.int64)
+# policy calls per step when jobs share GPUs: each offer that fits hands out more, each that does not
+# is halved; what is left is offered again at the next event, so a few calls keep a step cheap
+MAX_SHARING_DECISIONS = 4
 
 
 class InfeasibleShares(RuntimeError):
@@ -95,6 +98,7 @@ class Scheduler:
                            spec.min_cpus or 0, spec.max_cpus or 0)
         if self.sharing is not None and spec.shares_gpu:
             self.sharing.register(Tenant.of(spec, m, gpu_type))
+            self.table.shared_fraction[r] = spec.packing_fraction  # > 0 marks the sharing jobs' rows
         self.table.service0[r] = attained_service
         if first_start is not None:
             self.table.first_start[r] = first_start
@@ -246,13 +250,15 @@ class Scheduler:
         running jobs running must see room for them), else with the real capacity, which always
         fits (every sharing job counted as a whole GPU). Each decision is packed; if it fits the
         real GPUs, the policy is offered more: the GPUs still free plus the sharing jobs that might
-        still fit on the shared GPUs. One that does not fit is retried with half the offer. It ends
+        still fit on the shared GPUs. One that does not fit is retried with an offer of one. It ends
         when nothing is left to offer, the policy leaves capacity unused (nobody wants more), or an
-        offer of one does not fit: the last decision that fitted stands."""
+        offer of one does not fit, or after ``MAX_SHARING_DECISIONS`` policy calls: the last decision
+        that fitted stands."""
         t, n = self.table, self.table.n
         sharing = self.sharing
         assert sharing is not None
-        rows = np.fromiter((t.row[j] for j in sharing.tenants), dtype=np.int64, count=len(sharing.tenants))
+        fraction = t.shared_fraction[:n]
+        rows = np.flatnonzero(fraction > 0)
         cap, cap_t = self.cluster.total_gpus, self._capacity_by_type
         ntypes = len(cap_t)
         saved_t = sharing.saved_by_type(ntypes)
@@ -261,13 +267,14 @@ class Scheduler:
         try:
             if saved_t.any():
                 self._virtual = (cap + int(saved_t.sum()), cap_t + saved_t)
-            for _ in range(2 * n + 4):
+            for _ in range(MAX_SHARING_DECISIONS):
                 ctx, out = self._decide_once(now)
                 g = np.asarray(out.gpus if isinstance(out, Shares) else out, dtype=np.int64)
                 admitted = rows[g[rows] > 0]
-                packing = sharing.pack([t.ids[r] for r in admitted.tolist()])
                 whole = g.copy()
                 whole[rows] = 0
+                ids = t.ids
+                packing = sharing.pack([ids[r] for r in admitted.tolist()], cap - int(whole.sum()))
                 types = out.gpu_type if isinstance(out, Shares) and out.gpu_type is not None else t.gpu_type[:n]
                 used = np.zeros(ntypes, dtype=np.int64)
                 typed = (whole > 0) & (types >= 0)
@@ -279,9 +286,9 @@ class Scheduler:
                     if best is None:
                         self._virtual = None
                         continue
-                    offer //= 2
-                    if not offer.any():
+                    if offer.sum() <= 1:
                         break
+                    offer = (offer == offer.max()).astype(np.int64) * (np.arange(ntypes) == np.argmax(offer))
                     self._virtual = (best[0].capacity + int(offer.sum()), best[0].capacity_by_type + offer)
                     continue
                 # policies may reuse their output arrays from one call to the next: keep a copy
@@ -290,7 +297,9 @@ class Scheduler:
                 best = (ctx, kept, packing)
                 if int(g.sum()) < ctx.capacity:
                     break
-                offer = self._offer(packing, used, whole, types, anywhere)
+                out_rows = rows[g[rows] == 0]
+                smallest = float(fraction[out_rows].min()) if out_rows.size else 1.0
+                offer = self._offer(packing, used, whole, types, anywhere, out_rows.size, smallest)
                 if not offer.any():
                     break
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
@@ -301,7 +310,7 @@ class Scheduler:
         return ctx, out
 
     def _offer(self, packing: Packing, used: np.ndarray, whole: np.ndarray, types: np.ndarray,
-               anywhere: int) -> np.ndarray:
+               anywhere: int, waiting: int, smallest: float) -> np.ndarray:
         """What more a packed decision leaves, per type: the GPUs still free and the sharing jobs
         that might still fit on its shared GPUs. GPUs of no type yet (any-type jobs, new shared
         GPUs) are taken from the roomiest types first."""
@@ -314,7 +323,7 @@ class Scheduler:
                 take = min(untyped, int(free_t[ti]))
                 free_t[ti] -= take
                 untyped -= take
-        room_t, room_any = self.sharing.room(packing, ntypes)
+        room_t, room_any = self.sharing.room(packing, ntypes, waiting, smallest)
         offer = np.maximum(free_t, 0) + room_t
         offer[int(np.argmax(offer)) if offer.any() else 0] += room_any
         return offer

@@ -14,12 +14,13 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
+    from coddl.placement.sharing import SharingRuleError
     from coddl.policies.registry import PolicySpecError
     from coddl.queues.model import QueueError
     from coddl.sim.config import ConfigError
     from coddl.traces.model import TraceError
 
-    types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError, QueueError]
+    types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError, QueueError, SharingRuleError]
     try:
         from coddl.clusterspec import ClusterSpecError
 

@@ -18,13 +18,22 @@ app = typer.Typer(no_args_is_help=True)
 console = stdout_console()
 
 
-def _policies_and_seeds(policies: str | None, default: list[str], seeds: str) -> tuple[list[str], list[int]]:
-    """Validate both before any simulation starts (a bad one is a one-line error, exit 2)."""
+def _policies_and_seeds(policies: str | None, default: list[str], seeds: str,
+                        sharing: bool = False) -> tuple[list[str], list[int]]:
+    """Validate both before any simulation starts (a bad one is a one-line error, exit 2). With
+    ``sharing`` a policy may carry a sharing rule: ``fifo@aware``."""
+    from coddl.placement.sharing import SharingRule
+
     pols = split_policy_list(policies) if policies is not None else default
     if not pols:
         raise fail("--policies: name at least one policy (see `coddl policies`)")
     for p in pols:
-        make_policy(p)
+        name, at, rule = p.partition("@")
+        if at and not sharing:
+            raise fail(f"--policies: {p!r}: this experiment takes no sharing rule after '@'")
+        make_policy(name)
+        if at:
+            SharingRule.parse(rule)
     try:
         seed_list = [int(s) for s in seeds.split(",") if s]
     except ValueError:
@@ -193,7 +202,7 @@ def fluid(
     from coddl.experiments import fluid as exp
 
     with user_errors():
-        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds)
+        pols, seed_list = _policies_and_seeds(policies, exp.default_policies(), seeds, sharing=True)
         chosen = _groups("--scenarios", scenarios, list(exp.SCENARIOS), list(exp.SCENARIOS), "scenario")
         reference = "fifo" if "fifo" in pols else pols[0]
         runs = _run_with_progress(exp.run_all, chosen, seed_list, pols, None, workers,

@@ -23,7 +23,7 @@ from coddl.jit import njit
 
 FLOAT_COLS = (
     "arrival", "total_work", "work0", "service0", "cpu_service0", "t0", "rate", "speed",
-    "first_start", "last_start", "service_at_last_start", "paused_until", "resize_cost",
+    "first_start", "last_start", "service_at_last_start", "paused_until", "resize_cost", "shared_fraction",
 )
 INT_COLS = (
     "uid", "requested", "min_gpus", "max_gpus", "model", "share", "gpu_type", "cpus", "min_cpus",
@@ -109,8 +109,8 @@ class JobTable:
         self.specs.append(spec)
         self.row[spec.job_id] = r
         # arrival, total_work, work0, service0, cpu_service0, t0, rate, speed, first_start,
-        # last_start, service_at_last_start, paused_until, resize_cost
-        self.F[:, r] = (spec.arrival, spec.total_work, 0.0, 0.0, 0.0, now, 0.0, 1.0, np.nan, np.nan, 0.0, 0.0, 0.0)
+        # last_start, service_at_last_start, paused_until, resize_cost, shared_fraction (the scheduler's)
+        self.F[:, r] = (spec.arrival, spec.total_work, 0.0, 0.0, 0.0, now, 0.0, 1.0, np.nan, np.nan, 0.0, 0.0, 0.0, 0.0)
         # uid, requested, min_gpus, max_gpus, model, share, gpu_type, cpus, min_cpus, max_cpus, resizes
         self.I[:, r] = (uid, spec.requested_gpus, spec.min_gpus, max_gpus, model, 0, gpu_type, 0, min_cpus,
                         max_cpus, 0)

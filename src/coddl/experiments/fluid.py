@@ -11,8 +11,10 @@ The setting (``coddl.sim.hpo`` says what a study is and what is assumed about pr
   trials, one every 10 minutes (studies compete for the cluster).
 * Fluid's allocation gives every trial an equal share of the GPUs up to what its model can use, which
   is the ``max-min`` policy (ALGORITHMS.md §4); FIFO over one-GPU trials is ``fifo`` (every trial asks
-  for one GPU, and FIFO is rigid). What is not modelled: several trials on one GPU when trials
-  outnumber GPUs (Fluid's other half) — coddl does not share GPUs yet.
+  for one GPU, and FIFO is rigid). Several trials on one GPU when trials outnumber GPUs (Fluid's other
+  half) is a policy with a sharing rule, ``POLICY@pack`` or ``POLICY@aware`` (``placement/sharing.py``):
+  each trial is then a shareable one-GPU job (it no longer grows) and pays its co-tenant's measured
+  slowdown; ``fifo@aware`` is one trial per GPU, two where the pair keeps half its speed each.
 
 Measured per study: makespan, the time until its best trial ends, and the GPU-hours its trials had
 used by then (GPUs held, whether or not they sped the trial up).
@@ -20,7 +22,7 @@ used by then (GPUs held, whether or not they sped the trial up).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +31,7 @@ import numpy as np
 from coddl.experiments.grid import grouped_bars, registered, run_grid, write_results
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S
 
-DEFAULT_POLICIES = ("fifo", "max-min", "afs-p", "afs-l", "optimus", "tiresias-l")
+DEFAULT_POLICIES = ("fifo", "fifo@aware", "max-min", "afs-p", "afs-l", "optimus", "tiresias-l")
 LABELS = {"fifo": "fifo (one GPU per trial)", "max-min": "max-min (Fluid's even split)"}
 # name → (trials per study, studies, seconds between studies)
 SCENARIOS: dict[str, tuple[int, int, float]] = {"few": (8, 1, 0.0), "many": (81, 1, 0.0), "stream": (27, 12, 300.0)}
@@ -69,10 +71,21 @@ def _one(scenario: str, seed: int, policy: str, _jobs: int | None) -> Run:
     from coddl.sim.hpo import study_outcomes
     from coddl.sim.reconfig import ReconfigCost
 
+    from coddl.perf.interference import ColocationTable
+    from coddl.placement.sharing import SharingRule
+
     t0 = time.perf_counter()
     curves, w = workload(scenario, seed)
-    sched = Scheduler(Cluster.homogeneous(NODES, GPUS_PER_NODE), make_policy(policy), curves, seed=seed)
-    res = simulate(list(w.jobs), sched, ReconfigCost("in-place"), seed=seed)
+    name, _, rule = policy.partition("@")
+    cluster = Cluster.homogeneous(NODES, GPUS_PER_NODE)
+    jobs = list(w.jobs)
+    table = None
+    if rule:
+        jobs = [replace(j, shareable=True, max_gpus=1) for j in jobs]
+        table = ColocationTable.build(cluster.type_names, curves.names)
+    sched = Scheduler(cluster, make_policy(name), curves, seed=seed, sharing=SharingRule.parse(rule) if rule else None,
+                      retained=table, clash=table.clashes if table is not None else None)
+    res = simulate(jobs, sched, ReconfigCost("in-place"), seed=seed)
     out = study_outcomes(res, w)
     return Run(scenario, seed, policy, len(out), *(float(np.mean([getattr(o, f) for o in out]))
                                                     for f in ("makespan_h", "best_h", "gpu_hours_to_best", "gpu_hours")),
@@ -80,7 +93,7 @@ def _one(scenario: str, seed: int, policy: str, _jobs: int | None) -> Run:
 
 
 def default_policies() -> list[str]:
-    return registered(DEFAULT_POLICIES)
+    return [p for p in DEFAULT_POLICIES if registered([p.partition("@")[0]])]
 
 
 def run_all(scenarios: list[str], seeds: list[int], policies: list[str], jobs: int | None = None,

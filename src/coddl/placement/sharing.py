@@ -17,7 +17,10 @@ Rules (``SharingRule``):
   only where sharing does not make a job too slow.
 
 Packing is best-fit decreasing: newcomers, largest fraction first, go to the GPU they fit with the
-least room left (existing GPUs and the ones opened in the same decision), else to a new GPU. A
+least room left (existing GPUs and the ones opened in the same decision), else to a new GPU — a job
+that asked for a fraction is packed onto as few GPUs as possible, leaving whole GPUs for whole-GPU
+jobs. A shareable job asked for a whole GPU: it gets one to itself while the decision leaves GPUs
+free (``spare``), and shares only when GPUs run short (space sharing where it helps). A
 running sharing job never moves: jobs that stay keep their GPU, so packing never migrates. A GPU
 whose last sharing job leaves goes back to the placer. Only one-GPU jobs share; a data-parallel
 job's GPUs are never shared.
@@ -98,30 +101,33 @@ class Tenant:
 
 @dataclass(slots=True)
 class Bin:
-    """One GPU's tenants (``gpu`` is NEW for a GPU a packing opens)."""
+    """One GPU's tenants (``gpu`` is NEW for a GPU a packing opens), with the fraction and memory
+    they hold (kept up to date by ``add``: packing asks for them for every candidate GPU)."""
 
     gpu: int
     gpu_type: int  # -1 for a new GPU of no requested type: the placer chooses
     tenants: list[Tenant] = field(default_factory=list)
+    used: float = 0.0
+    memory: float = 0.0
 
-    @property
-    def used(self) -> float:
-        return sum(t.fraction for t in self.tenants)
+    def add(self, tenant: Tenant, memory: float) -> None:
+        self.tenants.append(tenant)
+        self.used += tenant.fraction
+        self.memory += memory
 
 
 @dataclass(slots=True)
 class Packing:
-    """A tentative answer: where each admitted sharing job sits (an existing GPU's index, or the
-    index of a new bin in ``opened``), and what it costs in GPUs."""
+    """A tentative answer: where each admitted sharing job sits (an existing GPU's index, or a new
+    GPU in ``opened``), and what it costs in GPUs. Only what changes is listed, so that a decision
+    costs what changed, not what is shared."""
 
-    at: dict[JobId, int]  # existing GPU
+    at: dict[JobId, int]  # admitted jobs on existing GPUs (those that stay and those that join)
     opened: list[Bin]  # new GPUs and their tenants
-    kept: dict[int, list[Tenant]]  # existing GPUs that still hold someone → their tenants after
     leaving: list[JobId]  # sharing jobs that lose their GPU
-
-    @property
-    def gpus(self) -> int:
-        return len(self.kept) + len(self.opened)
+    emptied: list[int]  # existing GPUs whose every tenant leaves
+    gpus: int  # shared GPUs after: existing ones not emptied, and the opened ones
+    joined: dict[int, Bin] = field(default_factory=dict)  # existing GPUs a newcomer joins → their bin after
 
 
 Retained = Callable[[int, int, int], float]  # (kind of a, kind of b, GPU type) → f(a|b)
@@ -142,6 +148,9 @@ class SharedGpus:
         self.tenants: dict[JobId, Tenant] = {}  # every registered sharing job, placed or not
         self.gpu_of: dict[JobId, int] = {}
         self.on: dict[int, list[Tenant]] = {}  # GPU → its tenants (only GPUs holding someone)
+        # per GPU: 1 − the fraction its tenants hold (−1: not a shared GPU), and the memory they hold
+        self._room = np.full(cluster.total_gpus, -1.0)
+        self._memory = np.zeros(cluster.total_gpus)
         self.touched: set[int] = set()  # GPUs whose tenants changed since the last ``take_touched``
         # measured f(a|b) per (kind a, kind b, GPU type), replacing the table's value (``observe``)
         self.measured: dict[tuple[int, int, int], float] = {}
@@ -163,8 +172,16 @@ class SharedGpus:
         self.touched.add(g)
         if not self.on[g]:
             del self.on[g]
+            self._room[g], self._memory[g] = -1.0, 0.0
             return g
+        self._sync(g)
         return None
+
+    def _sync(self, g: int) -> None:
+        """Recompute a GPU's room and memory from its tenants (sums, not running updates: no drift)."""
+        group, t = self.on[g], int(self._type_of_gpu[g])
+        self._room[g] = 1.0 - sum(x.fraction for x in group)
+        self._memory[g] = sum(self.memory_of(x, t) for x in group)
 
     @property
     def gpus_used(self) -> int:
@@ -206,20 +223,22 @@ class SharedGpus:
         self.measured[key] = (1.0 - weight) * old + weight * min(1.0, retained)
         return True
 
-    def _fits(self, group: list[Tenant], new: Tenant, gpu_type: int) -> bool:
+    def _fits(self, b: Bin, new: Tenant) -> bool:
         """Fractions sum to at most 1, memory fits, no pair that cannot run together (Gavel's 0:
         together they do not fit a GPU), and under ``aware`` every tenant keeps its floor."""
+        gpu_type = b.gpu_type
         if new.gpu_type >= 0 and gpu_type >= 0 and new.gpu_type != gpu_type:
             return False
-        if sum(t.fraction for t in group) + new.fraction > 1.0 + EPS:
+        if b.used + new.fraction > 1.0 + EPS:
             return False
-        cap = float(self._type_memory[max(gpu_type, 0)])
-        if sum(self.memory_of(t, gpu_type) for t in group) + self.memory_of(new, gpu_type) > cap + EPS:
+        if b.memory + self.memory_of(new, gpu_type) > float(self._type_memory[max(gpu_type, 0)]) + EPS:
             return False
+        group = b.tenants
         if not group:
             return True
         # a pair known not to fit one GPU's memory is kept apart unless both declared their fractions
-        if any(not (new.declared and t.declared) and self.clash(new.kind, t.kind, max(gpu_type, 0)) for t in group):
+        t_ = max(gpu_type, 0)
+        if any(not (new.declared and t.declared) and self.clash(new.kind, t.kind, t_) for t in group):
             return False
         after = [*group, new]
         floor = self.rule.min_retained if self.rule.mode == "aware" else 0.0
@@ -229,42 +248,80 @@ class SharedGpus:
                 return False
         return True
 
+    def _bin(self, gpu: int, gpu_type: int, tenants: list[Tenant]) -> Bin:
+        b = Bin(gpu, gpu_type)
+        for t in tenants:
+            b.add(t, self.memory_of(t, gpu_type))
+        return b
+
     # ------------------------------------------------------------------ packing
-    def pack(self, admitted: list[JobId]) -> Packing:
+    def pack(self, admitted: list[JobId], free: int | None = None) -> Packing:
         """Where the ``admitted`` sharing jobs would sit (nothing changes): those placed stay, the
-        others are packed best-fit decreasing; sharing jobs placed but not admitted leave."""
+        others are packed best-fit decreasing; sharing jobs placed but not admitted leave. ``free``
+        is the GPUs no whole-GPU job holds (None: no limit): those beyond the shared GPUs kept may go to shareable
+        jobs (no fraction asked for), one each; a packing that needs more than ``free`` stops there
+        (its ``gpus`` is then ``free + 1``). Costs what changes: the leavers, the newcomers and one
+        vector pass over the GPUs per newcomer."""
         want = set(admitted)
         leaving = [j for j in self.gpu_of if j not in want]
-        gone = set(leaving)
-        kept: dict[int, list[Tenant]] = {}
-        for g, group in self.on.items():
-            stay = [t for t in group if t.job_id not in gone]
-            if stay:
-                kept[g] = stay
-        at = {j: g for j, g in self.gpu_of.items() if j in want}
         newcomers = sorted((self.tenants[j] for j in admitted if j not in self.gpu_of),
                            key=lambda t: (-t.fraction, t.job_id))
+        gone = set(leaving)
+        room = self._room.copy()
+        bins: dict[int, Bin] = {}  # GPUs whose tenants change, as they will be
+        emptied = []
+        for g in {self.gpu_of[j] for j in leaving}:
+            stay = [t for t in self.on[g] if t.job_id not in gone]
+            if stay:
+                bins[g] = self._bin(g, int(self._type_of_gpu[g]), stay)
+                room[g] = 1.0 - bins[g].used
+            else:
+                emptied.append(g)
+                room[g] = -1.0
+        at = {j: g for j, g in self.gpu_of.items() if j in want}
+        kept = len(self.on) - len(emptied)
         opened: list[Bin] = []
         if self.rule.mode == "exclusive":
-            opened = [Bin(NEW, t.gpu_type, [t]) for t in newcomers]
-            return Packing(at, opened, kept, leaving)
-        bins = [Bin(g, int(self._type_of_gpu[g]), group) for g, group in kept.items()]
+            opened = [Bin(NEW, t.gpu_type, [t], t.fraction) for t in newcomers]
+            return Packing(at, opened, leaving, emptied, kept + len(opened))
+        spare = free - kept if free is not None else 0
+        limit = free if free is not None else len(self.on) + len(newcomers)
+        total = room.size
+        room = np.concatenate([room, np.full(len(newcomers), -1.0)])  # opened GPUs after the real ones
+        # a GPU that refused a job refuses every job alike (same kind, fraction, memory, type) for the
+        # rest of this packing: tenants are only added, which leaves less room and more contention
+        refused: dict[tuple, np.ndarray] = {}
         for t in newcomers:
-            best, room = None, np.inf
-            for b in bins:
-                left = 1.0 - b.used - t.fraction
-                if left < room - EPS and self._fits(b.tenants, t, b.gpu_type):
-                    best, room = b, left
-            if best is None:
-                best = Bin(NEW, t.gpu_type, [])
-                bins.append(best)
-                opened.append(best)
-            elif best.gpu_type < 0 and t.gpu_type >= 0:
+            at_bin = -1
+            if t.declared or spare <= len(opened):
+                no = refused.setdefault((t.kind, t.declared, t.fraction, t.memory_gb, t.gpu_type),
+                                        np.zeros(room.size, dtype=bool))
+                fits = np.flatnonzero((room >= t.fraction - EPS) & ~no)
+                for i in fits[np.argsort(room[fits], kind="stable")]:  # best fit: least room left first
+                    i = int(i)
+                    b = bins.get(i) if i < total else opened[i - total]
+                    if b is None:
+                        b = self._bin(i, int(self._type_of_gpu[i]), list(self.on[i]))
+                    if self._fits(b, t):
+                        at_bin = i
+                        if i < total:
+                            bins[i] = b
+                        break
+                    no[i] = True
+            if at_bin < 0:
+                if kept + len(opened) >= limit:  # one GPU more than there is: the decision cannot be
+                    return Packing(at, opened, leaving, emptied, limit + 1)  # packed, stop here
+                at_bin = total + len(opened)
+                opened.append(Bin(NEW, t.gpu_type))
+            best = bins[at_bin] if at_bin < total else opened[at_bin - total]
+            if best.gpu_type < 0 and t.gpu_type >= 0:
                 best.gpu_type = t.gpu_type
-            best.tenants.append(t)
-            if best.gpu != NEW:
-                at[t.job_id] = best.gpu
-        return Packing(at, opened, kept, leaving)
+            best.add(t, self.memory_of(t, best.gpu_type))
+            room[at_bin] = 1.0 - best.used
+            if at_bin < total:
+                at[t.job_id] = at_bin
+        joined = {g: b for g, b in bins.items() if any(self.gpu_of.get(x.job_id) != g for x in b.tenants)}
+        return Packing(at, opened, leaving, emptied, kept + len(opened), joined)
 
     def commit(self, packing: Packing, take: Callable[[int], int], give_back: Callable[[int], None]) -> dict[JobId, int]:
         """Carry a packing out: GPUs whose last tenant leaves go back first (``give_back``), then
@@ -273,16 +330,18 @@ class SharedGpus:
             g = self._leave(j)
             if g is not None:
                 give_back(g)
-        where = dict(packing.at)
         for j, g in packing.at.items():
             if self.gpu_of.get(j) != g:
                 self.gpu_of[j] = g
                 self.on.setdefault(g, []).append(self.tenants[j])
                 self.touched.add(g)
+                self._sync(g)
+        where = dict(packing.at)
         for b in packing.opened:
             g = take(b.gpu_type)
             self.on[g] = list(b.tenants)
             self.touched.add(g)
+            self._sync(g)
             for t in b.tenants:
                 self.gpu_of[t.job_id] = g
                 where[t.job_id] = g
@@ -299,32 +358,35 @@ class SharedGpus:
             saved[self._type_of_gpu[g]] += len(group) - 1
         return saved
 
-    def room(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
-        """How many more of the sharing jobs left out of ``packing`` might still fit on its GPUs, by
-        fraction alone (an upper bound: memory and the aware rule may refuse some), per type of the
-        GPU, and on new GPUs of no type yet: the extra jobs a policy may be offered."""
-        placed = set(packing.at) | {t.job_id for b in packing.opened for t in b.tenants}
-        waiting = [t.fraction for j, t in self.tenants.items() if j not in placed]
+    def room(self, packing: Packing, ntypes: int, waiting: int, smallest: float) -> tuple[np.ndarray, int]:
+        """How many of ``waiting`` sharing jobs left out of ``packing`` (the smallest asks for
+        ``smallest`` of a GPU) might still fit on its GPUs, by fraction alone (an upper bound: memory
+        and the aware rule may refuse some), per type of the GPU, and on new GPUs of no type yet."""
         per_type = np.zeros(ntypes, dtype=np.int64)
-        if not waiting:
+        if waiting <= 0:
             return per_type, 0
-        smallest = min(waiting)
+        room = self._room.copy()
+        room[packing.emptied] = -1.0
+        for g, b in packing.joined.items():
+            room[g] = 1.0 - b.used
+        shared = room >= 0
+        fits = np.floor((room[shared] + EPS) / smallest).astype(np.int64)
+        per_type = np.bincount(self._type_of_gpu[shared], weights=fits, minlength=ntypes).astype(np.int64)
         anywhere = 0
-        for gpu_type, group in [(int(self._type_of_gpu[g]), grp) for g, grp in packing.kept.items()] + \
-                               [(b.gpu_type, b.tenants) for b in packing.opened]:
-            fits = int((1.0 - sum(t.fraction for t in group) + EPS) // smallest)
-            if gpu_type >= 0:
-                per_type[gpu_type] += fits
+        for b in packing.opened:
+            extra = int((1.0 - b.used + EPS) // smallest)
+            if b.gpu_type >= 0:
+                per_type[b.gpu_type] += extra
             else:
-                anywhere += fits
-        scale = min(1.0, len(waiting) / max(1, int(per_type.sum()) + anywhere))
+                anywhere += extra
+        scale = min(1.0, waiting / max(1, int(per_type.sum()) + anywhere))
         return np.floor(per_type * scale).astype(np.int64), int(anywhere * scale)
 
     def used_by_type(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
         """GPUs a packing holds per type, and how many new ones may be of any type."""
-        used = np.zeros(ntypes, dtype=np.int64)
-        for g in packing.kept:
-            used[self._type_of_gpu[g]] += 1
+        shared = self._room >= 0
+        shared[packing.emptied] = False
+        used = np.bincount(self._type_of_gpu[shared], minlength=ntypes).astype(np.int64)
         anywhere = 0
         for b in packing.opened:
             if b.gpu_type >= 0:
