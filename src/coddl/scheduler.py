@@ -274,8 +274,9 @@ class Scheduler:
                 whole = g.copy()
                 whole[rows] = 0
                 ids = t.ids
-                packing = sharing.pack([ids[r] for r in admitted.tolist()], cap - int(whole.sum()))
                 types = out.gpu_type if isinstance(out, Shares) and out.gpu_type is not None else t.gpu_type[:n]
+                chosen = {ids[r]: int(types[r]) for r in admitted.tolist() if types[r] >= 0}
+                packing = sharing.pack([ids[r] for r in admitted.tolist()], cap - int(whole.sum()), chosen)
                 used = np.zeros(ntypes, dtype=np.int64)
                 typed = (whole > 0) & (types >= 0)
                 np.add.at(used, types[typed], whole[typed])
@@ -294,6 +295,12 @@ class Scheduler:
                 # policies may reuse their output arrays from one call to the next: keep a copy
                 kept = (Shares(g.copy(), None if out.gpu_type is None else np.array(out.gpu_type), out.cpus)
                         if isinstance(out, Shares) else g.copy())
+                # it fits the real GPUs once packed: that is the capacity it is checked against (a
+                # policy that keeps running jobs may count more sharing jobs than it was offered)
+                ctx.capacity = max(ctx.capacity, int(g.sum()))
+                on = (g > 0) & (types >= 0)
+                ctx.capacity_by_type = np.maximum(ctx.capacity_by_type,
+                                                  np.bincount(types[on], weights=g[on], minlength=ntypes))
                 best = (ctx, kept, packing)
                 if int(g.sum()) < ctx.capacity:
                     break
@@ -305,7 +312,13 @@ class Scheduler:
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
         finally:
             self._virtual = None
-        assert best is not None, "a decision on the real capacity counts sharing jobs as whole GPUs, so it fits"
+        if best is None:  # no decision fitted (a policy that keeps its jobs while it counts them whole): stand still
+            ctx = self.context(now)
+            ctx.capacity = max(ctx.capacity, int(t.share[:n].sum()))
+            on = (t.share[:n] > 0) & (t.gpu_type[:n] >= 0)
+            ctx.capacity_by_type = np.maximum(ctx.capacity_by_type, np.bincount(
+                t.gpu_type[:n][on], weights=t.share[:n][on], minlength=ntypes))
+            best = (ctx, t.share[:n].copy(), sharing.pack(list(sharing.gpu_of)))
         ctx, out, self._packing = best
         return ctx, out
 
@@ -410,8 +423,8 @@ class Scheduler:
                 self._gpus_used += k - len(old)
                 self._cores_used += len(p.cores) - int(cpus_col[r])
             share[r] = k
-            if k:
-                gpu_type[r] = ty
+            if k:  # a sharing job is on its GPU's type, whatever the policy thought
+                gpu_type[r] = ty if jid not in shared else self.cluster.node_type_index[self.cluster.node_of_gpu[new[0]]]
             cpus_col[r] = len(p.cores)
             if k:
                 alloc_gpus[jid] = new
@@ -438,8 +451,9 @@ class Scheduler:
         return StepResult(Plan(actions), changed)
 
     def _place_sharing(self, requests: list[Request], packing: Packing) -> dict[JobId, Placed]:
-        """``placer.place`` with sharing jobs: whole jobs shrink first, then the packing is carried
-        out (emptied GPUs back to the placer, new shared GPUs taken best-fit), then whole jobs grow."""
+        """``placer.place`` with sharing jobs: whole jobs shrink first and sharing jobs leave, newcomers
+        join their shared GPUs, then whole jobs grow and new shared GPUs are taken (best fit), typed
+        requests before those of any type."""
         sharing = self.sharing
         assert sharing is not None
         alloc_gpus = self.allocation.gpus
@@ -463,14 +477,23 @@ class Scheduler:
             taken_cores += len(block(g))
             return g
 
-        where = sharing.commit(packing, take, give_back)
+        # emptied GPUs back first; then typed requests before those of any type, whole jobs before
+        # new shared GPUs of the same kind (as the placer orders its own requests)
+        sharing.release(packing, give_back)
+        where = sharing.join(packing)
+        typed = [r for r in grows if r.gpu_type >= 0]
+        if typed:
+            placed.update(self.placer.place(alloc_gpus, typed, whole_cores))
+        where.update(sharing.open([b for b in packing.opened if b.gpu_type >= 0], take))
+        untyped = [r for r in grows if r.gpu_type < 0]
+        if untyped:
+            placed.update(self.placer.place(alloc_gpus, untyped, whole_cores))
+        where.update(sharing.open([b for b in packing.opened if b.gpu_type < 0], take))
         self._gpus_used += sharing.gpus_used - before
         self._cores_used += taken_cores - freed_cores
         for r in mine:
             g = where.get(r.job_id) if r.gpus else None
             placed[r.job_id] = Placed((g,), block(g)) if g is not None else Placed((), ())
-        if grows:
-            placed.update(self.placer.place(alloc_gpus, grows, whole_cores))
         return placed
 
     def _cotenant_actions(self, sharing: SharedGpus, acted: set[JobId], now: float) -> list[Action]:

@@ -290,3 +290,52 @@ def test_packing_fraction_of_each_kind() -> None:
     assert JobSpec(**base, shareable=True).packing_fraction == 0.5
     assert JobSpec(**base, gpu_fraction=0.25, shareable=True).packing_fraction == 0.25
     assert dataclasses.replace(JobSpec(**base), gpu_fraction=0.3).shares_gpu
+
+
+# ---------------------------------------------------------------- found in review
+def two_types(a_gpus: int, b_gpus: int, a_mem: float = 16.0, b_mem: float = 16.0) -> Cluster:
+    return Cluster(nodes=(Node("n0", a_gpus, "A"), Node("n1", b_gpus, "B")),
+                   gpu_types={"A": GpuType("A", memory_gb=a_mem), "B": GpuType("B", memory_gb=b_mem)})
+
+
+def test_a_policy_that_keeps_its_running_jobs_counts_packed_jobs_without_breaking_capacity() -> None:
+    """Gavel keeps running jobs mid-round: two packed half-GPU jobs are two of its units on one GPU."""
+    specs = [job("s1", 0, 5000, gpu_fraction=0.5), job("s2", 0, 5000, gpu_fraction=0.5), job("w", 1, 5000)]
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES, sharing=SharingRule.parse("pack"),
+                  retained=retained)
+    res = simulate(specs, s, check=True)
+    assert {r.spec.job_id for r in res.records} == {"s1", "s2", "w"}
+
+
+def test_a_new_shared_gpu_of_no_type_is_packed_for_the_smallest_memory() -> None:
+    """Two 6 GB quarter-GPU jobs may not go together on an 8 GB GPU, whichever type the placer picks."""
+    specs = [job(f"x{i}", 0, 100, gpu_fraction=0.25, gpu_memory_gb=6.0) for i in range(2)]
+    s = Scheduler(two_types(1, 2, 16.0, 8.0), make_policy("fifo"), CURVES, sharing=SharingRule.parse("pack"),
+                  retained=retained)
+    simulate(specs, s, check=True)  # check_step verifies no GPU's memory is over-committed
+
+
+def test_a_job_needing_more_memory_than_a_gpu_gets_one_to_itself() -> None:
+    specs = [job("big", 0, 100, gpu_fraction=0.5, gpu_memory_gb=40.0), job("small", 0, 100, gpu_fraction=0.25)]
+    got = run(specs, 2, "pack")[0]
+    assert got == pytest.approx({"big": 100.0, "small": 100.0})  # apart, both at once
+
+
+def test_shared_gpus_leave_room_for_whole_jobs_of_a_type() -> None:
+    specs = [job("w", 0, 100, gpus=2, gpu_type="B"), job("s", 0, 100, gpu_fraction=0.5)]
+    for policy in ("fifo", "gavel"):
+        s = Scheduler(two_types(1, 2), make_policy(policy), CURVES, sharing=SharingRule.parse("pack"),
+                      retained=retained)
+        res = simulate(specs, s, check=True)
+        assert {r.spec.job_id: r.finish for r in res.records}["w"] == pytest.approx(50.0)
+
+
+def test_a_sharing_job_is_recorded_on_the_type_of_the_gpu_it_holds() -> None:
+    s = Scheduler(two_types(1, 1), make_policy("gavel"), CURVES, sharing=SharingRule.parse("pack"), retained=retained)
+    s.submit(job("s", 0, 10_000, gpu_fraction=0.5), 0.0)
+    s.step(0.0)
+    (g,) = s.allocation.gpus["s"]
+    assert s.table.gpu_type[s.table.row["s"]] == s.cluster.node_type_index[s.cluster.node_of_gpu[g]]
+    s.submit(job("w", 1, 10_000), 1.0)
+    s.step(1.0)
+    check_step(s, 1.0)

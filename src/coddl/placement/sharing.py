@@ -33,7 +33,7 @@ measured triples).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 
 import numpy as np
@@ -188,9 +188,16 @@ class SharedGpus:
         return len(self.on)
 
     # ------------------------------------------------------------------ speed
+    def capacity_of(self, gpu_type: int) -> float:
+        """A GPU type's memory; for a GPU of no type yet (the placer picks it), the smallest type's."""
+        return float(self._type_memory[gpu_type] if gpu_type >= 0 else self._type_memory.min())
+
     def memory_of(self, tenant: Tenant, gpu_type: int) -> float:
-        cap = float(self._type_memory[max(gpu_type, 0)])
-        return tenant.memory_gb if tenant.memory_gb is not None else tenant.fraction * cap
+        """What the tenant holds of a GPU's memory: its need, or its fraction of the GPU's; a need
+        beyond the GPU's memory counts as all of it (the job gets the GPU to itself, and its own
+        allocator, not the packer, finds out it does not fit)."""
+        cap = self.capacity_of(gpu_type)
+        return min(tenant.memory_gb, cap) if tenant.memory_gb is not None else tenant.fraction * cap
 
     def retained(self, job: JobId) -> float:
         """The share of its solo speed the job keeps beside its co-tenants now (1 alone)."""
@@ -231,7 +238,7 @@ class SharedGpus:
             return False
         if b.used + new.fraction > 1.0 + EPS:
             return False
-        if b.memory + self.memory_of(new, gpu_type) > float(self._type_memory[max(gpu_type, 0)]) + EPS:
+        if b.memory + self.memory_of(new, gpu_type) > self.capacity_of(gpu_type) + EPS:
             return False
         group = b.tenants
         if not group:
@@ -248,6 +255,11 @@ class SharedGpus:
                 return False
         return True
 
+    @staticmethod
+    def _typed(t: Tenant, types: dict[JobId, int] | None) -> Tenant:
+        chosen = types.get(t.job_id, -1) if types else -1
+        return replace(t, gpu_type=chosen) if chosen >= 0 and chosen != t.gpu_type else t
+
     def _bin(self, gpu: int, gpu_type: int, tenants: list[Tenant]) -> Bin:
         b = Bin(gpu, gpu_type)
         for t in tenants:
@@ -255,16 +267,17 @@ class SharedGpus:
         return b
 
     # ------------------------------------------------------------------ packing
-    def pack(self, admitted: list[JobId], free: int | None = None) -> Packing:
+    def pack(self, admitted: list[JobId], free: int | None = None, types: dict[JobId, int] | None = None) -> Packing:
         """Where the ``admitted`` sharing jobs would sit (nothing changes): those placed stay, the
         others are packed best-fit decreasing; sharing jobs placed but not admitted leave. ``free``
         is the GPUs no whole-GPU job holds (None: no limit): those beyond the shared GPUs kept may go to shareable
         jobs (no fraction asked for), one each; a packing that needs more than ``free`` stops there
         (its ``gpus`` is then ``free + 1``). Costs what changes: the leavers, the newcomers and one
-        vector pass over the GPUs per newcomer."""
+        vector pass over the GPUs per newcomer. ``types``: the GPU type a policy chose for a job
+        (it must then run on that type)."""
         want = set(admitted)
         leaving = [j for j in self.gpu_of if j not in want]
-        newcomers = sorted((self.tenants[j] for j in admitted if j not in self.gpu_of),
+        newcomers = sorted((self._typed(self.tenants[j], types) for j in admitted if j not in self.gpu_of),
                            key=lambda t: (-t.fraction, t.job_id))
         gone = set(leaving)
         room = self._room.copy()
@@ -324,20 +337,35 @@ class SharedGpus:
         return Packing(at, opened, leaving, emptied, kept + len(opened), joined)
 
     def commit(self, packing: Packing, take: Callable[[int], int], give_back: Callable[[int], None]) -> dict[JobId, int]:
-        """Carry a packing out: GPUs whose last tenant leaves go back first (``give_back``), then
-        ``take(gpu_type)`` gives a free GPU to each opened bin. Returns every admitted job's GPU."""
+        """Carry a packing out: GPUs whose last tenant leaves go back first (``give_back``), newcomers
+        join their GPUs, then ``take(gpu_type)`` gives a free GPU to each opened bin. Returns every
+        admitted job's GPU. (The scheduler calls the three parts itself, to place whole jobs between.)"""
+        self.release(packing, give_back)
+        where = self.join(packing)
+        where.update(self.open(packing.opened, take))
+        return where
+
+    def release(self, packing: Packing, give_back: Callable[[int], None]) -> None:
+        """The packing's leavers go; a GPU left empty goes back."""
         for j in packing.leaving:
             g = self._leave(j)
             if g is not None:
                 give_back(g)
+
+    def join(self, packing: Packing) -> dict[JobId, int]:
+        """Newcomers join existing GPUs; returns where every admitted job on an existing GPU is."""
         for j, g in packing.at.items():
             if self.gpu_of.get(j) != g:
                 self.gpu_of[j] = g
                 self.on.setdefault(g, []).append(self.tenants[j])
                 self.touched.add(g)
                 self._sync(g)
-        where = dict(packing.at)
-        for b in packing.opened:
+        return dict(packing.at)
+
+    def open(self, bins: list[Bin], take: Callable[[int], int]) -> dict[JobId, int]:
+        """Each bin gets a free GPU from ``take(gpu_type)``; returns where its tenants are."""
+        where = {}
+        for b in bins:
             g = take(b.gpu_type)
             self.on[g] = list(b.tenants)
             self.touched.add(g)
