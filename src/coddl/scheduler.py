@@ -31,7 +31,7 @@ from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSam
 _NONE = np.zeros(0, dtype=np.int64)
 # policy calls per step when jobs share GPUs: each offer that fits hands out more, each that does not
 # is halved; what is left is offered again at the next event, so a few calls keep a step cheap
-MAX_SHARING_DECISIONS = 4
+MAX_SHARING_DECISIONS = 3
 
 
 class InfeasibleShares(RuntimeError):
@@ -270,13 +270,15 @@ class Scheduler:
             for _ in range(MAX_SHARING_DECISIONS):
                 ctx, out = self._decide_once(now)
                 g = np.asarray(out.gpus if isinstance(out, Shares) else out, dtype=np.int64)
-                admitted = rows[g[rows] > 0]
                 whole = g.copy()
                 whole[rows] = 0
                 ids = t.ids
                 types = out.gpu_type if isinstance(out, Shares) and out.gpu_type is not None else t.gpu_type[:n]
-                chosen = {ids[r]: int(types[r]) for r in admitted.tolist() if types[r] >= 0}
-                packing = sharing.pack([ids[r] for r in admitted.tolist()], cap - int(whole.sum()), chosen)
+                held = t.share[rows] > 0  # placed now (a sharing job holds one GPU or none)
+                arriving = rows[(g[rows] > 0) & ~held].tolist()
+                chosen = {ids[r]: int(types[r]) for r in arriving if types[r] >= 0}
+                packing = sharing.pack_changes([ids[r] for r in arriving], [ids[r] for r in rows[held & (g[rows] == 0)]],
+                                               cap - int(whole.sum()), chosen)
                 used = np.zeros(ntypes, dtype=np.int64)
                 typed = (whole > 0) & (types >= 0)
                 np.add.at(used, types[typed], whole[typed])
@@ -491,8 +493,8 @@ class Scheduler:
         where.update(sharing.open([b for b in packing.opened if b.gpu_type < 0], take))
         self._gpus_used += sharing.gpus_used - before
         self._cores_used += taken_cores - freed_cores
-        for r in mine:
-            g = where.get(r.job_id) if r.gpus else None
+        for r in mine:  # a job that stays (its type changed in the policy's eyes) keeps its GPU
+            g = where.get(r.job_id, sharing.gpu_of.get(r.job_id)) if r.gpus else None
             placed[r.job_id] = Placed((g,), block(g)) if g is not None else Placed((), ())
         return placed
 

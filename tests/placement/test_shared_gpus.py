@@ -154,7 +154,7 @@ def test_packing_is_stable_and_never_overcommits(jobs, gone) -> None:
     assert lower_bound <= sg.gpus_used <= max(1, 2 * lower_bound)  # best fit is within 2× of optimal
     before = dict(sg.gpu_of)
     again = sg.pack(ids)
-    assert not again.opened and not again.leaving and again.at == before
+    assert not again.opened and not again.leaving and not again.at and sg.gpu_of == before
     stay = [j for i, j in enumerate(ids) if i not in gone]
     sg.commit(sg.pack(stay), lambda t: free.pop(0), free.append)
     assert {j: sg.gpu_of[j] for j in stay} == {j: before[j] for j in stay}

@@ -33,6 +33,7 @@ measured triples).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 
@@ -122,7 +123,7 @@ class Packing:
     GPU in ``opened``), and what it costs in GPUs. Only what changes is listed, so that a decision
     costs what changed, not what is shared."""
 
-    at: dict[JobId, int]  # admitted jobs on existing GPUs (those that stay and those that join)
+    at: dict[JobId, int]  # newcomers that join existing GPUs
     opened: list[Bin]  # new GPUs and their tenants
     leaving: list[JobId]  # sharing jobs that lose their GPU
     emptied: list[int]  # existing GPUs whose every tenant leaves
@@ -151,6 +152,8 @@ class SharedGpus:
         # per GPU: 1 − the fraction its tenants hold (−1: not a shared GPU), and the memory they hold
         self._room = np.full(cluster.total_gpus, -1.0)
         self._memory = np.zeros(cluster.total_gpus)
+        self._count = np.zeros(cluster.total_gpus, dtype=np.int64)  # tenants per GPU
+        self._bins: dict[int, Bin] = {}  # per shared GPU, its tenants as a bin (read by packing, never changed)
         self.touched: set[int] = set()  # GPUs whose tenants changed since the last ``take_touched``
         # measured f(a|b) per (kind a, kind b, GPU type), replacing the table's value (``observe``)
         self.measured: dict[tuple[int, int, int], float] = {}
@@ -172,16 +175,17 @@ class SharedGpus:
         self.touched.add(g)
         if not self.on[g]:
             del self.on[g]
-            self._room[g], self._memory[g] = -1.0, 0.0
+            del self._bins[g]
+            self._room[g], self._memory[g], self._count[g] = -1.0, 0.0, 0
             return g
         self._sync(g)
         return None
 
     def _sync(self, g: int) -> None:
-        """Recompute a GPU's room and memory from its tenants (sums, not running updates: no drift)."""
-        group, t = self.on[g], int(self._type_of_gpu[g])
-        self._room[g] = 1.0 - sum(x.fraction for x in group)
-        self._memory[g] = sum(self.memory_of(x, t) for x in group)
+        """Recompute a GPU's bin, room and memory from its tenants (sums, not running updates: no drift)."""
+        b = self._bin(g, int(self._type_of_gpu[g]), self.on[g])
+        self._bins[g] = b
+        self._room[g], self._memory[g], self._count[g] = 1.0 - b.used, b.memory, len(b.tenants)
 
     @property
     def gpus_used(self) -> int:
@@ -276,8 +280,14 @@ class SharedGpus:
         vector pass over the GPUs per newcomer. ``types``: the GPU type a policy chose for a job
         (it must then run on that type)."""
         want = set(admitted)
-        leaving = [j for j in self.gpu_of if j not in want]
-        newcomers = sorted((self._typed(self.tenants[j], types) for j in admitted if j not in self.gpu_of),
+        return self.pack_changes([j for j in admitted if j not in self.gpu_of],
+                                 [j for j in self.gpu_of if j not in want], free, types)
+
+    def pack_changes(self, arriving: list[JobId], leaving: list[JobId], free: int | None = None,
+                     types: dict[JobId, int] | None = None) -> Packing:
+        """``pack`` given what changes: the sharing jobs to place and those to take off their GPUs
+        (every other placed job stays)."""
+        newcomers = sorted((self._typed(self.tenants[j], types) for j in arriving),
                            key=lambda t: (-t.fraction, t.job_id))
         gone = set(leaving)
         room = self._room.copy()
@@ -291,12 +301,16 @@ class SharedGpus:
             else:
                 emptied.append(g)
                 room[g] = -1.0
-        at = {j: g for j, g in self.gpu_of.items() if j in want}
+        at: dict[JobId, int] = {}
         kept = len(self.on) - len(emptied)
         opened: list[Bin] = []
         if self.rule.mode == "exclusive":
             opened = [Bin(NEW, t.gpu_type, [t], t.fraction) for t in newcomers]
             return Packing(at, opened, leaving, emptied, kept + len(opened))
+        if free is not None:  # a GPU holds fractions up to 1: fewer GPUs than the fractions need cannot do
+            short = sum(t.fraction for t in newcomers) - float(room[room > 0].sum())
+            if kept + max(0, math.ceil(short - EPS)) > free:
+                return Packing(at, opened, leaving, emptied, free + 1)
         spare = free - kept if free is not None else 0
         limit = free if free is not None else len(self.on) + len(newcomers)
         total = room.size
@@ -312,13 +326,11 @@ class SharedGpus:
                 fits = np.flatnonzero((room >= t.fraction - EPS) & ~no)
                 for i in fits[np.argsort(room[fits], kind="stable")]:  # best fit: least room left first
                     i = int(i)
-                    b = bins.get(i) if i < total else opened[i - total]
-                    if b is None:
-                        b = self._bin(i, int(self._type_of_gpu[i]), list(self.on[i]))
+                    b = (bins.get(i) or self._bins[i]) if i < total else opened[i - total]
                     if self._fits(b, t):
                         at_bin = i
-                        if i < total:
-                            bins[i] = b
+                        if i < total and i not in bins:  # a copy: the GPU's own bin stays as it is
+                            bins[i] = Bin(b.gpu, b.gpu_type, list(b.tenants), b.used, b.memory)
                         break
                     no[i] = True
             if at_bin < 0:
@@ -381,10 +393,9 @@ class SharedGpus:
 
     def saved_by_type(self, ntypes: int) -> np.ndarray:
         """Per type, the GPUs the current packing saves: jobs placed minus GPUs they hold."""
-        saved = np.zeros(ntypes, dtype=np.int64)
-        for g, group in self.on.items():
-            saved[self._type_of_gpu[g]] += len(group) - 1
-        return saved
+        shared = self._room >= 0
+        return np.bincount(self._type_of_gpu[shared], weights=self._count[shared] - 1,
+                           minlength=ntypes).astype(np.int64)
 
     def room(self, packing: Packing, ntypes: int, waiting: int, smallest: float) -> tuple[np.ndarray, int]:
         """How many of ``waiting`` sharing jobs left out of ``packing`` (the smallest asks for
