@@ -287,6 +287,8 @@ class SharedGpus:
                      types: dict[JobId, int] | None = None) -> Packing:
         """``pack`` given what changes: the sharing jobs to place and those to take off their GPUs
         (every other placed job stays)."""
+        if not arriving and not leaving:  # the common step: nothing moves
+            return Packing({}, [], [], [], len(self.on))
         newcomers = sorted((self._typed(self.tenants[j], types) for j in arriving),
                            key=lambda t: (-t.fraction, t.job_id))
         gone = set(leaving)
