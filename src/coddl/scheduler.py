@@ -29,8 +29,8 @@ from coddl.policies.base import Context, JobsView, Policy, Shares, ThroughputSam
 
 
 _NONE = np.zeros(0, dtype=np.int64)
-# policy calls per step when jobs share GPUs: each offer that fits hands out more, each that does not
-# is halved; what is left is offered again at the next event, so a few calls keep a step cheap
+# policy calls per step when jobs share GPUs: each offer that fits hands out more, one that does not
+# is cut to one GPU; what is left is offered again at the next event, so a few calls keep a step cheap
 MAX_SHARING_DECISIONS = 3
 
 
@@ -286,12 +286,14 @@ class Scheduler:
                 used += shared_t
                 total = int(whole.sum()) + packing.gpus
                 if total > cap or (used > cap_t).any():  # did not fit: offer less
-                    if best is None:
-                        self._virtual = None
+                    if best is None and self._virtual is not None:
+                        self._virtual = None  # the current packing's room did not hold: the real capacity
                         continue
-                    if offer.sum() <= 1:
+                    if best is None or offer.sum() <= 1:
                         break
-                    offer = (offer == offer.max()).astype(np.int64) * (np.arange(ntypes) == np.argmax(offer))
+                    one = np.zeros_like(offer)
+                    one[int(np.argmax(offer))] = 1
+                    offer = one
                     self._virtual = (best[0].capacity + int(offer.sum()), best[0].capacity_by_type + offer)
                     continue
                 # policies may reuse their output arrays from one call to the next: keep a copy
