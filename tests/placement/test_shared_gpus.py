@@ -274,7 +274,7 @@ def test_rules_round_trip() -> None:
 
 
 @pytest.mark.parametrize("kw, error", [
-    (dict(gpu_fraction=0.0), "gpu_fraction must be in (0, 1]"), (dict(gpu_fraction=1.5), "gpu_fraction"),
+    (dict(gpu_fraction=0.0), "gpu_fraction must be in [0.01, 1]"), (dict(gpu_fraction=0.005), "gpu_fraction must be in [0.01, 1]"), (dict(gpu_fraction=1.5), "gpu_fraction"),
     (dict(gpu_fraction=0.5, requested_gpus=2), "runs on one GPU"), (dict(shareable=True, max_gpus=4), "runs on one GPU"),
     (dict(gpu_memory_gb=0.0), "gpu_memory_gb must be > 0")])
 def test_a_bad_sharing_request_is_refused(kw: dict, error: str) -> None:

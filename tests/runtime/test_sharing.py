@@ -34,7 +34,8 @@ BASE = {"name": "j", "command": f"python {TINY_JOB}", "steps": 10}
 
 # ---------------------------------------------------------------------------- the job file
 @pytest.mark.parametrize("change,message", [
-    ({"gpu_fraction": 0}, "job.yaml: gpu_fraction: must be > 0"),
+    ({"gpu_fraction": 0}, "job.yaml: gpu_fraction: must be >= 0.01"),
+    ({"gpu_fraction": 1e-300}, "job.yaml: gpu_fraction: must be >= 0.01"),  # no crowding a GPU without bound
     ({"gpu_fraction": 1.5}, "job.yaml: gpu_fraction: must be <= 1"),
     ({"gpu_fraction": True}, "job.yaml: gpu_fraction: input should be a valid number, got True"),
     ({"gpu_fraction": "0.5"}, "job.yaml: gpu_fraction: input should be a valid number, got '0.5'"),

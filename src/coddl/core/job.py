@@ -6,6 +6,9 @@ import enum
 from dataclasses import dataclass, field
 
 JobId = str
+# the smallest part of a GPU a job may ask for: a hundred jobs on one GPU is already more than any
+# GPU runs usefully, and a smaller fraction would let one user's jobs crowd a shared GPU without bound
+MIN_GPU_FRACTION = 0.01
 
 
 class JobStatus(enum.Enum):
@@ -53,7 +56,7 @@ class JobSpec:
     account: str | None = None  # the team it is charged to: a Slurm account, a Philly virtual cluster
     gpu_type: str | None = None
     duration: float | None = None  # the trace's duration on requested_gpus, kept for reports
-    gpu_fraction: float = 1.0  # of one GPU, in (0, 1]; < 1: packed beside other sharing jobs
+    gpu_fraction: float = 1.0  # of one GPU, in [MIN_GPU_FRACTION, 1]; < 1: packed beside other sharing jobs
     shareable: bool = False  # a one-GPU job that accepts a co-tenant on its GPU
     gpu_memory_gb: float | None = None  # GPU memory the job needs (None: its fraction of the GPU's)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
@@ -69,8 +72,8 @@ class JobSpec:
             raise ValueError(f"job {self.job_id}: min_gpus must be >= 1, got {self.min_gpus}")
         if self.max_gpus is not None and self.max_gpus < self.min_gpus:
             raise ValueError(f"job {self.job_id}: max_gpus {self.max_gpus} < min_gpus {self.min_gpus}")
-        if not 0.0 < self.gpu_fraction <= 1.0:
-            raise ValueError(f"job {self.job_id}: gpu_fraction must be in (0, 1], got {self.gpu_fraction}")
+        if not MIN_GPU_FRACTION <= self.gpu_fraction <= 1.0:
+            raise ValueError(f"job {self.job_id}: gpu_fraction must be in [{MIN_GPU_FRACTION}, 1], got {self.gpu_fraction}")
         if self.gpu_memory_gb is not None and not self.gpu_memory_gb > 0:
             raise ValueError(f"job {self.job_id}: gpu_memory_gb must be > 0, got {self.gpu_memory_gb}")
         if self.shares_gpu and (self.requested_gpus != 1 or self.min_gpus != 1

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
-from coddl.core.job import JobSpec
+from coddl.core.job import MIN_GPU_FRACTION, JobSpec
 from coddl.runtime.limits import DEFAULT_MAX_BODY_BYTES, MAX_STORE_INT
 from coddl.runtime.text import find_bad_text, short
 from coddl.runtime.yaml_safe import YamlFileError, dotted
@@ -129,8 +129,8 @@ class JobFile(StoredInput):
     steps_per_epoch: int | None = _count("optimizer steps per epoch, with epochs")
     batch_size: int | None = _count("the global batch size, kept constant whatever the GPU count "
                                     "(GLOBAL_BATCH in the job's environment)")
-    gpu_fraction: float = Field(1.0, gt=0, le=1, strict=True,
-                                description="the part of one GPU the job needs (0 < f <= 1); below 1 the job runs on "
+    gpu_fraction: float = Field(1.0, ge=MIN_GPU_FRACTION, le=1, strict=True,
+                                description="the part of one GPU the job needs (0.01 <= f <= 1); below 1 the job runs on "
                                             "one GPU that other such jobs may share (with CUDA: that share of its "
                                             "memory, and of its compute under MPS)")
     shareable: bool = Field(False, strict=True,
