@@ -339,3 +339,39 @@ def test_a_sharing_job_is_recorded_on_the_type_of_the_gpu_it_holds() -> None:
     s.submit(job("w", 1, 10_000), 1.0)
     s.step(1.0)
     check_step(s, 1.0)
+
+
+# ---------------------------------------------------------------- found by mutation testing
+def packer(gpus: int = 4) -> SharedGpus:
+    return SharedGpus(Cluster.for_gpus(gpus, gpus), SharingRule("pack"), retained)
+
+
+def test_packing_is_best_fit_decreasing() -> None:
+    """0.7, 0.7, 0.3, 0.3 pack onto two GPUs largest first; smallest first would need three."""
+    sg = packer()
+    for jid, f in (("a", 0.3), ("b", 0.7), ("c", 0.3), ("d", 0.7)):
+        sg.register(Tenant(jid, f, None, 0))
+    assert sg.pack(["a", "b", "c", "d"]).gpus == 2
+
+
+def test_a_newcomer_takes_the_room_a_leaver_frees_in_the_same_packing_best_fit() -> None:
+    """GPU 0 holds a and b (0.5 each), GPU 1 holds e (0.4). a leaves as c (0.5) arrives: GPU 0 then
+    has 0.5 left, GPU 1 0.6, so best fit puts c on GPU 0."""
+    sg = packer()
+    for jid, f in (("a", 0.5), ("b", 0.5), ("e", 0.4), ("c", 0.5)):
+        sg.register(Tenant(jid, f, None, 0))
+    free = [0, 1, 2, 3]
+    sg.commit(sg.pack(["a", "b"]), lambda t: free.pop(0), free.append)
+    sg.commit(sg.pack(["a", "b", "e"]), lambda t: free.pop(0), free.append)
+    assert sg.gpu_of == {"a": 0, "b": 0, "e": 1}
+    packing = sg.pack_changes(["c"], ["a"], free=2)
+    assert packing.at == {"c": 0} and packing.gpus == 2 and not packing.opened
+
+
+def test_a_gpu_its_last_tenant_leaves_counts_as_free_for_the_newcomers() -> None:
+    sg = packer(1)
+    for jid in ("a", "c"):
+        sg.register(Tenant(jid, 0.5, None, 0))
+    sg.commit(sg.pack(["a"]), lambda t: 0, lambda g: None)
+    packing = sg.pack_changes(["c"], ["a"], free=1)
+    assert packing.emptied == [0] and packing.gpus == 1 and len(packing.opened) == 1

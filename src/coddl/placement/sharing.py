@@ -306,9 +306,6 @@ class SharedGpus:
         at: dict[JobId, int] = {}
         kept = len(self.on) - len(emptied)
         opened: list[Bin] = []
-        if self.rule.mode == "exclusive":
-            opened = [Bin(NEW, t.gpu_type, [t], t.fraction) for t in newcomers]
-            return Packing(at, opened, leaving, emptied, kept + len(opened))
         if free is not None:  # a GPU holds fractions up to 1: fewer GPUs than the fractions need cannot do
             short = sum(t.fraction for t in newcomers) - float(room[room > 0].sum())
             if kept + max(0, math.ceil(short - EPS)) > free:
