@@ -21,6 +21,7 @@ from coddl.core.allocation import Action, ActionKind, Allocation, Plan, classify
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId, JobSpec, JobStatus
 from coddl.core.table import JobRecord, JobTable
+from coddl.jit import njit
 from coddl.perf.curves import CurveTable
 from coddl.placement.placer import ConsolidatingPlacer, Placed, Request
 from coddl.placement.sharing import Clash, Packing, Retained, SharedGpus, SharingRule, Tenant
@@ -32,6 +33,61 @@ _NONE = np.zeros(0, dtype=np.int64)
 # policy calls per step when jobs share GPUs: each offer that fits hands out more, one that does not
 # is cut to one GPU; what is left is offered again at the next event, so a few calls keep a step cheap
 MAX_SHARING_DECISIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionTally:
+    """A policy's decision as packing reads it (``_tally``): one compiled pass over the jobs instead
+    of a score of numpy calls, at every one of the up to three decisions of a step."""
+
+    whole: int  # GPUs given to whole-GPU jobs
+    whole_untyped: int  # of which to jobs of no GPU type
+    whole_by_type: np.ndarray  # of which, per type, to typed jobs
+    given: int  # GPUs given, every sharing job counted as one
+    given_by_type: np.ndarray  # the same per type (typed jobs only)
+    arriving: np.ndarray  # rows of sharing jobs admitted that hold no GPU now
+    leaving: np.ndarray  # rows of sharing jobs that hold a GPU now and are not admitted
+    left_out: int  # sharing jobs not admitted
+    smallest_left_out: float  # the smallest fraction among them (1.0 if none)
+
+
+@njit
+def _tally_kernel(g, types, fraction, share, ntypes):  # pragma: no cover - compiled
+    n = g.size
+    whole_t = np.zeros(ntypes, np.int64)
+    given_t = np.zeros(ntypes, np.int64)
+    arriving = np.empty(n, np.int64)
+    leaving = np.empty(n, np.int64)
+    whole = whole_untyped = given = left_out = na = nl = 0
+    smallest = 1.0
+    for r in range(n):
+        k = g[r]
+        ty = types[r]
+        given += k
+        if k > 0 and ty >= 0:
+            given_t[ty] += k
+        if fraction[r] > 0.0:
+            if k > 0:
+                if share[r] == 0:
+                    arriving[na] = r
+                    na += 1
+            else:
+                if share[r] > 0:
+                    leaving[nl] = r
+                    nl += 1
+                left_out += 1
+                smallest = min(smallest, fraction[r])
+        elif k > 0:
+            whole += k
+            if ty >= 0:
+                whole_t[ty] += k
+            else:
+                whole_untyped += k
+    return whole, whole_untyped, whole_t, given, given_t, arriving[:na], leaving[:nl], left_out, smallest
+
+
+def _tally(g: np.ndarray, types: np.ndarray, fraction: np.ndarray, share: np.ndarray, ntypes: int) -> DecisionTally:
+    return DecisionTally(*_tally_kernel(g, types, fraction, share, ntypes))
 
 
 class InfeasibleShares(RuntimeError):
@@ -49,6 +105,8 @@ class Scheduler:
                  type_speed: np.ndarray | None = None, validate: bool = True,
                  sharing: SharingRule | None = None, retained: Retained | None = None,
                  clash: Clash | None = None) -> None:
+        if sharing is not None:
+            sharing.check_policy(policy)
         self.cluster = cluster
         self.policy = policy
         self.curves = curves.extended(cluster.total_gpus)
@@ -257,11 +315,11 @@ class Scheduler:
         t, n = self.table, self.table.n
         sharing = self.sharing
         assert sharing is not None
-        fraction = t.shared_fraction[:n]
-        rows = np.flatnonzero(fraction > 0)
+        fraction, share, job_types, ids = t.shared_fraction[:n], t.share[:n], t.gpu_type[:n], t.ids
         cap, cap_t = self.cluster.total_gpus, self._capacity_by_type
         ntypes = len(cap_t)
-        saved_t = sharing.saved_by_type(ntypes)
+        saved_t = sharing.saved_by_type()
+        held_rows, held_t = self._whole_holdings() if ntypes > 1 else (None, None)
         best = None
         offer = np.zeros(ntypes, dtype=np.int64)  # last offer, per type, on top of the best decision's capacity
         try:
@@ -270,22 +328,25 @@ class Scheduler:
             for _ in range(MAX_SHARING_DECISIONS):
                 ctx, out = self._decide_once(now)
                 g = np.asarray(out.gpus if isinstance(out, Shares) else out, dtype=np.int64)
-                whole = g.copy()
-                whole[rows] = 0
-                ids = t.ids
-                types = out.gpu_type if isinstance(out, Shares) and out.gpu_type is not None else t.gpu_type[:n]
-                held = t.share[rows] > 0  # placed now (a sharing job holds one GPU or none)
-                arriving = rows[(g[rows] > 0) & ~held].tolist()
-                chosen = {ids[r]: int(types[r]) for r in arriving if types[r] >= 0}
-                packing = sharing.pack_changes([ids[r] for r in arriving], [ids[r] for r in rows[held & (g[rows] == 0)]],
-                                               cap - int(whole.sum()), chosen)
-                used = np.zeros(ntypes, dtype=np.int64)
-                typed = (whole > 0) & (types >= 0)
-                np.add.at(used, types[typed], whole[typed])
-                shared_t, anywhere = sharing.used_by_type(packing, ntypes)
-                used += shared_t
-                total = int(whole.sum()) + packing.gpus
-                if total > cap or (used > cap_t).any():  # did not fit: offer less
+                typed_by_policy = isinstance(out, Shares) and out.gpu_type is not None
+                types = np.asarray(out.gpu_type, dtype=np.int64) if typed_by_policy else job_types
+                d = _tally(g, types, fraction, share, ntypes)
+                # a type the policy chose pins a newcomer to it (the table's type of a sharing job that
+                # ran before is only where it ran: it does not bind)
+                chosen = {ids[r]: int(types[r]) for r in d.arriving.tolist() if types[r] >= 0} if typed_by_policy else {}
+                packing = sharing.pack_changes([ids[r] for r in d.arriving.tolist()],
+                                               [ids[r] for r in d.leaving.tolist()], cap - d.whole, chosen)
+                shared_t, anywhere = sharing.used_by_type(packing)
+                used = shared_t + d.whole_by_type
+                untyped = d.whole_untyped + anywhere
+                if held_rows is not None and held_rows.size:
+                    # whole jobs of no type stay on the types they hold (at most their new share there):
+                    # typed newcomers cannot have those GPUs
+                    keep = g[held_rows]
+                    stays = np.minimum(held_t, keep[:, None]) * (types[held_rows] < 0)[:, None]
+                    used = used + stays.sum(axis=0)
+                    untyped -= int(stays.sum())
+                if d.whole + packing.gpus > cap or (used > cap_t).any():  # did not fit: offer less
                     if best is None and self._virtual is not None:
                         self._virtual = None  # the current packing's room did not hold: the real capacity
                         continue
@@ -301,16 +362,12 @@ class Scheduler:
                         if isinstance(out, Shares) else g.copy())
                 # it fits the real GPUs once packed: that is the capacity it is checked against (a
                 # policy that keeps running jobs may count more sharing jobs than it was offered)
-                ctx.capacity = max(ctx.capacity, int(g.sum()))
-                on = (g > 0) & (types >= 0)
-                ctx.capacity_by_type = np.maximum(ctx.capacity_by_type,
-                                                  np.bincount(types[on], weights=g[on], minlength=ntypes))
+                ctx.capacity = max(ctx.capacity, d.given)
+                ctx.capacity_by_type = np.maximum(ctx.capacity_by_type, d.given_by_type)
                 best = (ctx, kept, packing)
-                if int(g.sum()) < ctx.capacity:
+                if d.given < ctx.capacity:
                     break
-                out_rows = rows[g[rows] == 0]
-                smallest = float(fraction[out_rows].min()) if out_rows.size else 1.0
-                offer = self._offer(packing, used, whole, types, anywhere, out_rows.size, smallest)
+                offer = self._offer(packing, used, untyped, d.left_out, d.smallest_left_out)
                 if not offer.any():
                     break
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
@@ -326,16 +383,24 @@ class Scheduler:
         ctx, out, self._packing = best
         return ctx, out
 
-    def _offer(self, packing: Packing, used: np.ndarray, whole: np.ndarray, types: np.ndarray,
-               anywhere: int, waiting: int, smallest: float) -> np.ndarray:
+    def _whole_holdings(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of whole-GPU jobs that hold GPUs now, and how many of each type each holds."""
+        t, n = self.table, self.table.n
+        rows = np.flatnonzero((t.share[:n] > 0) & (t.shared_fraction[:n] == 0))
+        held = np.zeros((rows.size, len(self._capacity_by_type)), dtype=np.int64)
+        type_of_gpu = self.cluster.node_type_index[self.cluster.node_of_gpu]
+        for i, r in enumerate(rows.tolist()):
+            np.add.at(held[i], type_of_gpu[list(self.allocation.gpus[t.ids[r]])], 1)
+        return rows, held
+
+    def _offer(self, packing: Packing, used: np.ndarray, untyped: int, waiting: int, smallest: float) -> np.ndarray:
         """What more a packed decision leaves, per type: the GPUs still free and the sharing jobs
-        that might still fit on its shared GPUs. GPUs of no type yet (any-type jobs, new shared
-        GPUs) are taken from the roomiest types first."""
+        that might still fit on its shared GPUs. ``untyped`` GPUs of no type yet (any-type jobs, new
+        shared GPUs) are taken from the roomiest types first."""
         assert self.sharing is not None
         ntypes = len(used)
         free_t = self._capacity_by_type - used
         if ntypes > 1:
-            untyped = int(whole[(whole > 0) & (types < 0)].sum()) + anywhere
             for ti in np.argsort(-free_t, kind="stable"):
                 take = min(untyped, int(free_t[ti]))
                 free_t[ti] -= take
@@ -461,7 +526,8 @@ class Scheduler:
         sharing = self.sharing
         assert sharing is not None
         alloc_gpus = self.allocation.gpus
-        whole_cores = {j: c for j, c in self.allocation.cores.items() if j not in sharing.tenants}
+        cores = self.allocation.cores  # read by the placer only when it pools cores: then the whole jobs' alone
+        whole_cores = {j: c for j, c in cores.items() if j not in sharing.tenants} if self.placer.pools_cores else cores
         mine = [r for r in requests if r.job_id in sharing.tenants]
         shrinks = [r for r in requests if r.job_id not in sharing.tenants and r.gpus <= len(alloc_gpus.get(r.job_id, ()))]
         grows = [r for r in requests if r.job_id not in sharing.tenants and r.gpus > len(alloc_gpus.get(r.job_id, ()))]

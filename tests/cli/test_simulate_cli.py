@@ -67,6 +67,9 @@ def test_config_json_reproduces_the_run_exactly(run_dir, tmp_path):
     (["--trace", "no-such-trace"], "not a bundled trace (bundled: philly, itp"),
     (["--reconfig", "sometimes"], "reconfig: unknown value 'sometimes'; valid: zero, in-place, restart"),
     (["--oversized", "shrug"], "oversized: unknown value 'shrug'"),
+    (["--sharing", "squeeze"], "unknown sharing rule 'squeeze'"),
+    (["--policies", "fifo,aiturbo", "--sharing", "pack"],
+     "sharing: policy aiturbo assigns each job its CPU cores, which jobs sharing a GPU cannot have"),
 ])
 def test_bad_flags_exit_2_with_one_line(args, needle):
     r = coddl("simulate", "--jobs", "10", *args)

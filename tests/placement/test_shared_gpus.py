@@ -162,6 +162,61 @@ def test_packing_is_stable_and_never_overcommits(jobs, gone) -> None:
     assert sg.gpus_used + len(free) == 64
 
 
+class Forgetful(dict):
+    """A refusal memory that keeps nothing: every packing asks every GPU again."""
+
+    def get(self, key, default=None):
+        return default
+
+    def __setitem__(self, key, value) -> None:
+        pass
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=workloads(), rule=st.sampled_from(["pack", "aware", "aware:min_retained=0.65", "aware:min_retained=0.75"]),
+       policy=st.sampled_from(["fifo", "srtf", "max-min", "afs-l"]), gpus=st.integers(2, 5))
+def test_remembered_refusals_change_no_decision(specs, rule, policy, gpus) -> None:
+    """The packer remembers which GPUs refused a kind of job until their tenants change: every job's
+    finish, first start and resizes are those of a packer that asks every GPU again at every step."""
+    def finish(memory: bool):
+        s = Scheduler(Cluster.for_gpus(gpus, 2), make_policy(policy), CURVES, sharing=SharingRule.parse(rule),
+                      retained=retained, clash=lambda a, b, t: a == b == 1)
+        if not memory:
+            s.sharing._refused = Forgetful()
+        res = simulate(specs, s, check=True)
+        return {r.spec.job_id: (r.finish, r.first_start, r.resizes) for r in res.records}
+
+    assert finish(True) == finish(False)
+
+
+def test_a_refusal_is_forgotten_when_the_gpus_tenants_change() -> None:
+    """A GPU that refused a job because of a tenant (a pair that does not fit together) takes the
+    job in a packing where that tenant leaves, and once it has left."""
+    free = [0, 1]
+    sg = SharedGpus(Cluster.for_gpus(2, 2), SharingRule("pack"), retained, clash=lambda a, b, t: a == b == 1)
+    sg.register(Tenant("a", 0.25, None, 0))
+    sg.register(Tenant("x", 0.5, None, 1, declared=False))
+    sg.register(Tenant("q", 0.25, None, 1))
+    sg.commit(sg.pack(["a", "x"]), lambda t: free.pop(0), free.append)
+    assert sg.gpu_of == {"a": 0, "x": 0}
+    assert sg.pack(["a", "x", "q"]).opened  # q and x clash: q is refused by GPU 0
+    assert sg.pack(["a", "q"]).at == {"q": 0}  # x leaves in the same packing
+    assert sg.forget("x") is None  # a stays on GPU 0
+    assert sg.pack(["a", "q"]).at == {"q": 0}
+
+
+def test_a_refusal_is_forgotten_when_the_pair_is_measured_better() -> None:
+    """Under ``aware`` a GPU refuses a job whose co-tenants would fall below the floor; once online
+    measurements raise the pair's value, the same GPU takes it."""
+    sg = SharedGpus(Cluster.for_gpus(2, 2), SharingRule("aware", 0.55), retained)
+    for jid, kind in (("x", 0), ("z", 0), ("q", 1)):
+        sg.register(Tenant(jid, 0.25, None, kind))
+    sg.commit(sg.pack(["x", "z"]), lambda t: 0, lambda g: None)
+    assert sg.pack(["x", "z", "q"]).opened  # beside q, x would keep 0.7 × 0.6 = 0.42 < 0.55
+    assert sg.observe("x", 1.0) and sg.observe("x", 1.0)  # f(0|0): 0.7 → 0.85 → 0.925
+    assert sg.pack(["x", "z", "q"]).at == {"q": 0}  # 0.925 × 0.6 = 0.555: it fits now
+
+
 def test_unchanged_shares_give_an_unchanged_placement_in_the_scheduler() -> None:
     specs = [job(f"h{i}", 0, 1000, "a", gpu_fraction=0.25) for i in range(6)] + [job("w", 0, 1000, "b", gpus=2)]
     s = Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), CURVES, sharing=SharingRule.parse("pack"),

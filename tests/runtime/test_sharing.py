@@ -114,6 +114,30 @@ def test_a_bad_sharing_rule_stops_the_server_with_one_line(tmp_path):
                                 "aware[:min_retained=F]")
 
 
+def test_a_policy_that_assigns_cores_stops_a_sharing_server_with_one_line(tmp_path):
+    r = coddl("server", "start", "--gpus", "1", "--port", "0", "--state-dir", str(tmp_path / "state"),
+              "--policy", "aiturbo", "--sharing", "pack", timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == ("error: --sharing: policy aiturbo assigns each job its CPU cores, which jobs sharing "
+                                "a GPU cannot have (they run on their GPU's cores): use sharing 'exclusive' or "
+                                "aiturbo:unified=false")
+
+
+def test_the_default_sharing_rule_follows_the_policy():
+    from coddl.placement.sharing import SharingRuleError
+    from coddl.queues.model import QueueSet
+    from coddl.queues.policy import QueuedPolicy
+    from coddl.runtime.server import sharing_rule
+
+    assert str(sharing_rule(None, make_policy("afs-p"))) == "pack"
+    assert str(sharing_rule(None, make_policy("aiturbo"))) == "exclusive"
+    assert str(sharing_rule(None, make_policy("aiturbo:unified=false"))) == "pack"
+    assert str(sharing_rule("aware", make_policy("fifo"))) == "aware:min_retained=0.5"
+    queued = QueuedPolicy(QueueSet(), lambda: make_policy("aiturbo"))
+    with pytest.raises(SharingRuleError, match="policy aiturbo assigns each job its CPU cores"):
+        sharing_scheduler(local_cluster(2), queued, SharingRule.parse("pack"))
+
+
 def test_the_servers_scheduler_shares_with_the_colocation_table_or_not_at_all():
     cluster = local_cluster(2)
     packing = sharing_scheduler(cluster, make_policy("fifo"), SharingRule.parse("aware:min_retained=0.4"))

@@ -53,10 +53,12 @@ def server_start(
     ray_connect_timeout_s: float = typer.Option(15.0, "--ray-connect-timeout-s",
                                                 help="give up on an unreachable Ray address after this long"),
     policy: str = typer.Option("afs-p", "--policy", help="scheduling policy, e.g. afs-p or max-min (see `coddl policies`)"),
-    sharing: str = typer.Option("pack", "--sharing",
-                                help="jobs that ask for part of a GPU (gpu_fraction < 1, shareable): pack them "
-                                     "several to a GPU (pack), only where the co-location model says each keeps "
-                                     "enough of its speed (aware[:min_retained=F]), or one GPU each (exclusive)"),
+    sharing: Optional[str] = typer.Option(None, "--sharing",
+                                          help="jobs that ask for part of a GPU (gpu_fraction < 1, shareable): pack "
+                                               "them several to a GPU (pack, the default), only where the co-location "
+                                               "model says each keeps enough of its speed (aware[:min_retained=F]), or "
+                                               "one GPU each (exclusive, the default for a policy that assigns CPU "
+                                               "cores)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
     port: int = typer.Option(8470, "--port", help="port to listen on (0: any free port)"),
     state_dir: Optional[Path] = StateOpt,

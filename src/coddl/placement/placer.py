@@ -319,6 +319,11 @@ class ConsolidatingPlacer:
                 want[i] += 1
         return {int(n): int(w) for n, w in zip(nodes, want)}
 
+    @property
+    def pools_cores(self) -> bool:
+        """Cores are handed out from a pool (a policy assigned cores), not as each GPU's block."""
+        return self._explicit_cores
+
     # ------------------------------------------------------------------ placement
     def place(self, current: dict[JobId, Gpus], requests: list[Request],
               current_cores: dict[JobId, Cores] | None = None) -> dict[JobId, Placed]:

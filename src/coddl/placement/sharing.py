@@ -35,12 +35,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import numpy as np
 
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobId, JobSpec
+
+if TYPE_CHECKING:
+    from coddl.policies.base import Policy
 
 Mode = Literal["exclusive", "pack", "aware"]
 EPS = 1e-9
@@ -82,6 +85,13 @@ class SharingRule:
             if not 0.0 <= floor <= 1.0:
                 raise SharingRuleError(f"sharing rule {text!r}: min_retained must be in [0, 1], got {value}")
         return SharingRule(mode, floor)  # type: ignore[arg-type]
+
+    def check_policy(self, policy: "Policy") -> None:
+        """A rule that shares GPUs cannot run under a policy that assigns each job its CPU cores."""
+        if self.shares and policy.assigns_cores():
+            raise SharingRuleError(f"policy {policy.name} assigns each job its CPU cores, which jobs sharing a GPU "
+                                   f"cannot have (they run on their GPU's cores): use sharing 'exclusive'"
+                                   + (f" or {policy.name}:unified=false" if policy.name == "aiturbo" else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,10 +163,17 @@ class SharedGpus:
         self._room = np.full(cluster.total_gpus, -1.0)
         self._memory = np.zeros(cluster.total_gpus)
         self._count = np.zeros(cluster.total_gpus, dtype=np.int64)  # tenants per GPU
+        ntypes = len(cluster.type_names)
+        self._shared_by_type = np.zeros(ntypes, dtype=np.int64)  # shared GPUs per type
+        self._saved_by_type = np.zeros(ntypes, dtype=np.int64)  # per type, tenants minus shared GPUs
         self._bins: dict[int, Bin] = {}  # per shared GPU, its tenants as a bin (read by packing, never changed)
         self.touched: set[int] = set()  # GPUs whose tenants changed since the last ``take_touched``
         # measured f(a|b) per (kind a, kind b, GPU type), replacing the table's value (``observe``)
         self.measured: dict[tuple[int, int, int], float] = {}
+        # per tenant signature (``_signature``), the GPUs whose tenants as they are now refused a job
+        # with it: a GPU's answer cannot change until its tenants do (``_changed``) or a pair's
+        # measured value does, so a job that fits nowhere is not tried again GPU by GPU at every step
+        self._refused: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------ jobs
     def register(self, tenant: Tenant) -> None:
@@ -172,20 +189,42 @@ class SharedGpus:
         if g is None:
             return None
         self.on[g] = [t for t in self.on[g] if t.job_id != job]
-        self.touched.add(g)
+        self._changed(g)
         if not self.on[g]:
             del self.on[g]
             del self._bins[g]
-            self._room[g], self._memory[g], self._count[g] = -1.0, 0.0, 0
+            self._room[g], self._memory[g] = -1.0, 0.0
+            self._set_count(g, 0)
             return g
         self._sync(g)
         return None
+
+    def _changed(self, g: int) -> None:
+        """GPU ``g``'s tenants change: it is touched, and what it refused may now fit."""
+        self.touched.add(g)
+        for no in self._refused.values():
+            no[g] = False
+
+    @staticmethod
+    def _signature(t: Tenant) -> tuple:
+        """What ``_fits`` reads of a newcomer: jobs alike in it fit the same GPUs."""
+        return (t.kind, t.declared, t.fraction, t.memory_gb, t.gpu_type)
 
     def _sync(self, g: int) -> None:
         """Recompute a GPU's bin, room and memory from its tenants (sums, not running updates: no drift)."""
         b = self._bin(g, int(self._type_of_gpu[g]), self.on[g])
         self._bins[g] = b
-        self._room[g], self._memory[g], self._count[g] = 1.0 - b.used, b.memory, len(b.tenants)
+        self._room[g], self._memory[g] = 1.0 - b.used, b.memory
+        self._set_count(g, len(b.tenants))
+
+    def _set_count(self, g: int, count: int) -> None:
+        """GPU ``g`` now holds ``count`` tenants: the per-type tallies follow (kept, not recounted:
+        the scheduler reads them at every decision)."""
+        old = int(self._count[g])
+        ty = int(self._type_of_gpu[g])
+        self._shared_by_type[ty] += (count > 0) - (old > 0)
+        self._saved_by_type[ty] += max(count - 1, 0) - max(old - 1, 0)
+        self._count[g] = count
 
     @property
     def gpus_used(self) -> int:
@@ -232,6 +271,7 @@ class SharedGpus:
         key = (me.kind, other.kind, int(self._type_of_gpu[g]))
         old = self.measured.get(key, self.retained_pair(*key))
         self.measured[key] = (1.0 - weight) * old + weight * min(1.0, retained)
+        self._refused.clear()  # a pair's value moved: under ``aware`` a refusal may no longer hold
         return True
 
     def _fits(self, b: Bin, new: Tenant) -> bool:
@@ -314,14 +354,22 @@ class SharedGpus:
         limit = free if free is not None else len(self.on) + len(newcomers)
         total = room.size
         room = np.concatenate([room, np.full(len(newcomers), -1.0)])  # opened GPUs after the real ones
-        # a GPU that refused a job refuses every job alike (same kind, fraction, memory, type) for the
-        # rest of this packing: tenants are only added, which leaves less room and more contention
+        # a GPU that refused a job refuses every job alike (``_signature``) for the rest of this
+        # packing: tenants are only added, which leaves less room and more contention; a GPU this
+        # packing does not change keeps its refusal for later packings too (``_refused``)
         refused: dict[tuple, np.ndarray] = {}
         for t in newcomers:
             at_bin = -1
             if t.declared or spare <= len(opened):
-                no = refused.setdefault((t.kind, t.declared, t.fraction, t.memory_gb, t.gpu_type),
-                                        np.zeros(room.size, dtype=bool))
+                sig = self._signature(t)
+                known = self._refused.get(sig)
+                if known is None:
+                    known = self._refused[sig] = np.zeros(total, dtype=bool)
+                no = refused.get(sig)
+                if no is None:
+                    no = refused[sig] = np.concatenate([known, np.zeros(len(newcomers), dtype=bool)])
+                    for g in bins:  # a GPU whose tenants change in this packing is asked again
+                        no[g] = False
                 fits = np.flatnonzero((room >= t.fraction - EPS) & ~no)
                 for i in fits[np.argsort(room[fits], kind="stable")]:  # best fit: least room left first
                     i = int(i)
@@ -332,6 +380,8 @@ class SharedGpus:
                             bins[i] = Bin(b.gpu, b.gpu_type, list(b.tenants), b.used, b.memory)
                         break
                     no[i] = True
+                    if i < total and i not in bins:  # refused as the GPU is now: remembered
+                        known[i] = True
             if at_bin < 0:
                 if kept + len(opened) >= limit:  # one GPU more than there is: the decision cannot be
                     return Packing(at, opened, leaving, emptied, limit + 1)  # packed, stop here
@@ -369,7 +419,7 @@ class SharedGpus:
             if self.gpu_of.get(j) != g:
                 self.gpu_of[j] = g
                 self.on.setdefault(g, []).append(self.tenants[j])
-                self.touched.add(g)
+                self._changed(g)
                 self._sync(g)
         return dict(packing.at)
 
@@ -379,7 +429,7 @@ class SharedGpus:
         for b in bins:
             g = take(b.gpu_type)
             self.on[g] = list(b.tenants)
-            self.touched.add(g)
+            self._changed(g)
             self._sync(g)
             for t in b.tenants:
                 self.gpu_of[t.job_id] = g
@@ -390,11 +440,9 @@ class SharedGpus:
         out, self.touched = self.touched, set()
         return out
 
-    def saved_by_type(self, ntypes: int) -> np.ndarray:
+    def saved_by_type(self) -> np.ndarray:
         """Per type, the GPUs the current packing saves: jobs placed minus GPUs they hold."""
-        shared = self._room >= 0
-        return np.bincount(self._type_of_gpu[shared], weights=self._count[shared] - 1,
-                           minlength=ntypes).astype(np.int64)
+        return self._saved_by_type.copy()
 
     def room(self, packing: Packing, ntypes: int, waiting: int, smallest: float) -> tuple[np.ndarray, int]:
         """How many of ``waiting`` sharing jobs left out of ``packing`` (the smallest asks for
@@ -420,11 +468,11 @@ class SharedGpus:
         scale = min(1.0, waiting / max(1, int(per_type.sum()) + anywhere))
         return np.floor(per_type * scale).astype(np.int64), int(anywhere * scale)
 
-    def used_by_type(self, packing: Packing, ntypes: int) -> tuple[np.ndarray, int]:
+    def used_by_type(self, packing: Packing) -> tuple[np.ndarray, int]:
         """GPUs a packing holds per type, and how many new ones may be of any type."""
-        shared = self._room >= 0
-        shared[packing.emptied] = False
-        used = np.bincount(self._type_of_gpu[shared], minlength=ntypes).astype(np.int64)
+        used = self._shared_by_type.copy()
+        for g in packing.emptied:
+            used[self._type_of_gpu[g]] -= 1
         anywhere = 0
         for b in packing.opened:
             if b.gpu_type >= 0:

@@ -263,6 +263,9 @@ class AITurbo(Policy):
             _grow(pool, growing, remaining, gpu_moves=False)
         return Shares(gpus=pool.gpus, cpus=pool.cores() if p.unified else None)
 
+    def assigns_cores(self) -> bool:
+        return self.params.unified
+
     def wakeup(self, ctx: Context) -> float | None:
         if self._ingest(ctx):
             return math.nextafter(ctx.now, math.inf)  # re-plan at once: a job became predictable

@@ -162,6 +162,12 @@ class Policy:
         """Next time this policy wants to run although nothing else happened (None: never)."""
         return None
 
+    def assigns_cores(self) -> bool:
+        """This policy decides each job's CPU cores (``Shares.cpus``) instead of leaving every GPU
+        its block of its node's cores; GPU sharing cannot honour that (co-tenants run on their
+        GPU's block), so the scheduler refuses the two together."""
+        return False
+
     def describe(self) -> str:
         return f"{self.name}({', '.join(f'{k}={v}' for k, v in dataclasses.asdict(self.params).items())})"
 

@@ -55,6 +55,9 @@ class QueuedPolicy(Policy):
     def describe(self) -> str:
         return f"{self.inner.describe()} in {len(self.queues.names)} queues"
 
+    def assigns_cores(self) -> bool:
+        return self.inner.assigns_cores()
+
     def reconfigure(self, queues: QueueSet) -> None:
         """New queues or members (an admin's change): queues that stay keep their job policy's
         bookkeeping; every job's queue is looked up again."""

@@ -56,8 +56,17 @@ from coddl.waiting import WaitTimeout, wait_until
 
 DEFAULT_POLICY = "afs-p"
 # A job asks to share only by giving gpu_fraction < 1 or shareable: true, and one that asks for a
-# quarter of a GPU expects to share it; --sharing exclusive gives each such job a GPU of its own.
+# quarter of a GPU expects to share it; --sharing exclusive gives each such job a GPU of its own. A
+# policy that assigns each job its CPU cores cannot share GPUs: with no --sharing it gets exclusive.
 DEFAULT_SHARING = "pack"
+
+
+def sharing_rule(text: str | None, policy: Policy) -> SharingRule:
+    """The ``--sharing`` rule (None: the default for this policy), refused with a policy it cannot serve."""
+    rule = SharingRule.parse(text) if text is not None else (
+        SharingRule("exclusive") if policy.assigns_cores() else SharingRule.parse(DEFAULT_SHARING))
+    rule.check_policy(policy)
+    return rule
 LOCAL_GPUS = 8
 
 log = logging.getLogger("coddl.server")
@@ -71,7 +80,7 @@ class ServerConfig:
     ray_address: str | None = None
     ray_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     policy: str = DEFAULT_POLICY
-    sharing: str = DEFAULT_SHARING  # many jobs per GPU: exclusive | pack | aware[:min_retained=F]
+    sharing: str | None = None  # many jobs per GPU: exclusive | pack | aware[:min_retained=F]; None: sharing_rule's default
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     database: str | None = None  # SQLAlchemy URL; default SQLite in the state dir
@@ -155,8 +164,8 @@ class Runtime:
         self.store: Store | None = None
         self.lease: Lease | None = None
         try:
-            make_policy(config.policy)  # a bad policy name fails before anything starts
-            sharing = SharingRule.parse(config.sharing)  # and so does a bad sharing rule
+            # a bad policy name fails before anything starts, and so does a bad sharing rule
+            self.sharing = sharing = sharing_rule(config.sharing, make_policy(config.policy))
             queues = load_queues(config.queues) if config.queues else None  # and so does a bad queue file
             spec = load_spec(config.cluster_spec)  # and so does a bad cluster spec
             with step("opening the store and taking its lease"):
@@ -313,7 +322,7 @@ def serve(config: ServerConfig, announce=print, step: Step = _quietly) -> None: 
         c = runtime.executor.cluster
         announce(f"coddl server on {http.url} (docs: {http.url}/docs) — {runtime.executor.kind} executor, "
                  f"{c.total_gpus} GPUs on {len(c.nodes)} node(s), policy {runtime.scheduler.policy.describe()}, "
-                 f"GPU sharing {runtime.config.sharing}, "
+                 f"GPU sharing {runtime.sharing}, "
                  f"state in {runtime.state_dir}, jobs isolated: {runtime.isolation.describe()}")
         if runtime.config.cluster_spec is not None:
             lk = c.links

@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 
 class ConfigError(ValueError):
@@ -60,10 +60,13 @@ class SimConfig(BaseModel):
 
     @field_validator("sharing")
     @classmethod
-    def _known_sharing(cls, rule: str) -> str:
+    def _known_sharing(cls, rule: str, info: ValidationInfo) -> str:
         from coddl.placement.sharing import SharingRule
+        from coddl.policies.registry import make_policy
 
-        SharingRule.parse(rule)  # a SharingRuleError names the valid rules
+        parsed = SharingRule.parse(rule)  # a SharingRuleError names the valid rules
+        for spec in info.data.get("policies", ()):  # absent when a policy was refused already
+            parsed.check_policy(make_policy(spec))
         return rule
 
     @property
