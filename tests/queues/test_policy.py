@@ -109,6 +109,38 @@ def test_shrink_to_minimum_before_any_preemption() -> None:
     assert h["C"] + h["C2"] == 8 and sum(h[f"A{i}"] for i in range(3)) == 4 and h["B"] == 4
 
 
+def test_a_stop_that_frees_more_than_the_cut_leaves_nothing_idle() -> None:
+    # 4 GPUs: a owns 1, b owns 2 (cohort lab), the implicit default 1 (no cohort). max-min. ann runs
+    # A1 (1..2 GPUs) and the gangs A2, A3 (2 each). t=0: a is owed its 1 and b's idle 2: 3 GPUs,
+    # A1 at 1 and A2 at 2 (A3 does not fit). t=1: bob wants 1 of b's quota back: b gets 1, a 2 (its
+    # 1 and b's last idle 1; a's floor is 3). A1 is at its minimum already, A1 and A2 need 3: one
+    # stops, A2 (started with A1, submitted after it), and A1 grows into the GPU A2 leaves over —
+    # A2 could not run on it. The property used to demand A1 at 1 beside an idle GPU.
+    qs = QueueSet((Queue("a", 1, cohort="lab", users=("ann",)), Queue("b", 2, cohort="lab", users=("bob",))))
+    s = scheduler(qs, "max-min", 4)
+    s.submit(job("A1", "ann", 1, lo=1, hi=2), 0.0)
+    s.submit(job("A2", "ann", 2, lo=2, hi=2), 0.0)
+    s.submit(job("A3", "ann", 2, lo=2, hi=2), 0.0)
+    s.step(0.0)
+    before = held(s)
+    assert before == {"A1": 1, "A2": 2}
+    s.submit(job("B", "bob", 1, lo=1, hi=1, at=1.0), 1.0)
+    s.step(1.0)
+    assert held(s) == {"A1": 2, "B": 1}
+    check_decision(s, qs, before, elastic=True)
+
+
+def test_shrink_before_preempt_property_still_catches_a_stop_that_shrinking_would_have_avoided() -> None:
+    # X (minimum 1) and Y (minimum 2) in queue 0, Z (minimum 1) in queue 1; arguments: before, after, borrowing
+    jobs = {"X": (0, 1), "Y": (0, 2), "Z": (1, 1)}
+    assert shrink_before_preempt(jobs, {"X": 1, "Y": 2}, {"X": 2}, [0]) is None  # Y needs 2, 1 is left over
+    assert shrink_before_preempt(jobs, {"X": 3, "Y": 2}, {"X": 3}, [0]) is not None  # X at 1 would keep Y
+    assert shrink_before_preempt(jobs, {"X": 1, "Y": 2}, {"X": 2, "Y": 0}, [0, 1]) is None
+    # queue 0 stopped nothing, yet Z (queue 1) was stopped while X is above its minimum
+    assert shrink_before_preempt(jobs, {"X": 2, "Y": 2, "Z": 1}, {"X": 2, "Y": 2}, [0]) is not None
+    assert shrink_before_preempt(jobs, {"X": 2, "Y": 2}, {"X": 2, "Y": 2}, [0]) is None  # nobody stopped
+
+
 # ------------------------------------------------------------------------- properties
 @st.composite
 def setups(draw):  # noqa: ANN001, ANN201 - a hypothesis strategy
@@ -164,12 +196,44 @@ def check_decision(s: Scheduler, qs: QueueSet, before: dict[str, int], elastic: 
             assert g >= t.min_gpus[r], "a job below its minimum"
             if not elastic:
                 assert g == t.requested[r], "a rigid job not at its request"
-    preempted = [sp for sp in t.specs if before.get(sp.job_id, 0) > 0 and shares.get(sp.job_id, 0) == 0]
-    if preempted and elastic:  # shrink before preempt: every running job of a borrowing queue at its minimum
-        for r, sp in enumerate(t.specs):
-            q = qs.queue_of(sp.user)
-            if shares.get(sp.job_id, 0) and use[q] > nom[q] and quotas.cohort[q] >= 0:
-                assert shares[sp.job_id] == t.min_gpus[r], f"{sp.job_id} above its minimum while a job was preempted"
+    if elastic:
+        jobs = {sp.job_id: (qs.queue_of(sp.user), int(t.min_gpus[r])) for r, sp in enumerate(t.specs)}
+        borrowing = [q for q in range(len(nom)) if use[q] > nom[q] and quotas.cohort[q] >= 0]
+        problem = shrink_before_preempt(jobs, before, shares, borrowing)
+        assert problem is None, problem
+
+
+def shrink_before_preempt(jobs: dict[str, tuple[int, int]], before: dict[str, int], after: dict[str, int],
+                          borrowing: list[int]) -> str | None:
+    """What breaks shrink-before-preempt at one decision, or None. ``jobs``: job id → (queue, minimum
+    GPUs); ``before``/``after``: GPUs held; ``borrowing``: the queues of a cohort holding more than
+    their quota after the decision.
+
+    When a job that ran is stopped, every running job of a borrowing queue is at its minimum — except
+    what a stop in that same queue freed beyond the cut: a job stops whole (a gang is never split),
+    so the GPUs it frees can be more than its queue had to give back, and the queue's other jobs may
+    grow into them (``coddl.queues.share``). Kept idle they would serve no one: the job was stopped
+    because, with every job of its queue at its minimum, it did not fit, and it cannot run on the
+    part of its GPUs that is left over. Kueue holds no quota back either: what a preempted workload
+    frees beyond what was needed is quota like any other. So a borrowing queue's running jobs may hold
+    GPUs above their minimums only if the queue stopped a job itself, and then fewer than the smallest
+    minimum among the jobs it stopped — had they held as many, shrinking them would have kept that
+    job running."""
+    preempted = [k for k in jobs if before.get(k, 0) > 0 and after.get(k, 0) == 0]
+    if not preempted:
+        return None
+    for q in borrowing:
+        running = [k for k, (qk, _) in jobs.items() if qk == q and after.get(k, 0) > 0]
+        surplus = sum(after[k] - jobs[k][1] for k in running)
+        if surplus <= 0:
+            continue
+        own = [jobs[k][1] for k in preempted if jobs[k][0] == q]
+        if not own or surplus >= min(own):
+            above = next(k for k in running if after[k] > jobs[k][1])
+            why = (f"its queue stopped jobs of minimum {min(own)} and its jobs hold {surplus} above their minimums"
+                   if own else f"{', '.join(preempted)} stopped and its queue stopped none")
+            return f"{above} above its minimum while a job was preempted ({why})"
+    return None
 
 
 @pytest.mark.parametrize("policy", ["afs-p", "max-min", "fifo"])

@@ -18,7 +18,11 @@ only the rest is shared by weight, so jobs that run on borrowed GPUs are shrunk 
 to even out the shares (the share evens out as they finish: Kueue's ``borrowWithinCohort: Never``).
 When the pool no longer covers the floors — an owner took its quota back — every borrower is cut
 to at most its floor before any is cut below it, and the shortfall is shared by weight: elastic
-jobs are at their minimum everywhere before a job anywhere loses its GPUs.
+jobs are at their minimum everywhere before a job anywhere loses its GPUs. A job stops whole (a
+gang is never split), so a stop can free more GPUs than its queue had to give back; what is left
+over stays the queue's, and its other jobs may grow into it (the stopped job could not run on it,
+and nobody else is owed it): after a stop, a queue's jobs hold above their minimums fewer GPUs than
+any job it stopped needs at its minimum, never as many — those would have kept that job running.
 
 Weights are Kueue's fair-sharing weights: a queue with twice the weight gets twice the share of
 the pool; weight 0 borrows only what no one else wants.
