@@ -400,11 +400,10 @@ class Scheduler:
         assert self.sharing is not None
         ntypes = len(used)
         free_t = self._capacity_by_type - used
-        if ntypes > 1:
-            for ti in np.argsort(-free_t, kind="stable"):
-                take = min(untyped, int(free_t[ti]))
-                free_t[ti] -= take
-                untyped -= take
+        for ti in np.argsort(-free_t, kind="stable"):  # one type or several: every GPU held is counted
+            take = min(untyped, int(free_t[ti]))
+            free_t[ti] -= take
+            untyped -= take
         room_t, room_any = self.sharing.room(packing, ntypes, waiting, smallest)
         offer = np.maximum(free_t, 0) + room_t
         offer[int(np.argmax(offer)) if offer.any() else 0] += room_any
@@ -520,7 +519,8 @@ class Scheduler:
         return StepResult(Plan(actions), changed)
 
     def _place_sharing(self, requests: list[Request], packing: Packing) -> dict[JobId, Placed]:
-        """``placer.place`` with sharing jobs: whole jobs shrink first and sharing jobs leave, newcomers
+        """``placer.place`` with sharing jobs: whole jobs shrink first (one moved to another GPU type
+        needs new GPUs: it counts as growing) and sharing jobs leave, newcomers
         join their shared GPUs, then whole jobs grow and new shared GPUs are taken (best fit), typed
         requests before those of any type."""
         sharing = self.sharing
@@ -529,8 +529,15 @@ class Scheduler:
         cores = self.allocation.cores  # read by the placer only when it pools cores: then the whole jobs' alone
         whole_cores = {j: c for j, c in cores.items() if j not in sharing.tenants} if self.placer.pools_cores else cores
         mine = [r for r in requests if r.job_id in sharing.tenants]
-        shrinks = [r for r in requests if r.job_id not in sharing.tenants and r.gpus <= len(alloc_gpus.get(r.job_id, ()))]
-        grows = [r for r in requests if r.job_id not in sharing.tenants and r.gpus > len(alloc_gpus.get(r.job_id, ()))]
+        type_of_gpu = self.cluster.node_type_index[self.cluster.node_of_gpu]
+
+        def shrinks_in_place(r: Request) -> bool:  # a job moved to another type needs new GPUs: it grows
+            old = alloc_gpus.get(r.job_id, ())
+            return r.gpus <= len(old) and not (old and r.gpu_type >= 0 and int(type_of_gpu[old[0]]) != r.gpu_type)
+
+        whole = [r for r in requests if r.job_id not in sharing.tenants]
+        shrinks = [r for r in whole if shrinks_in_place(r)]
+        grows = [r for r in whole if not shrinks_in_place(r)]
         placed = self.placer.place(alloc_gpus, shrinks, whole_cores) if shrinks else {}
         block = self.placer.gpu_cores
         before = sharing.gpus_used

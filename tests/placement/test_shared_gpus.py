@@ -15,6 +15,7 @@ from coddl.core.job import JobSpec
 from coddl.perf.curves import CurveTable
 from coddl.perf.interference import ColocationTable, load_gavel_pairs
 from coddl.placement.sharing import SharedGpus, SharingRule, SharingRuleError, Tenant
+from coddl.policies.base import Context, Policy, Shares
 from coddl.policies.registry import make_policy
 from coddl.scheduler import Scheduler
 from coddl.sim.engine import simulate
@@ -360,6 +361,32 @@ def test_a_policy_that_keeps_its_running_jobs_counts_packed_jobs_without_breakin
                   retained=retained)
     res = simulate(specs, s, check=True)
     assert {r.spec.job_id for r in res.records} == {"s1", "s2", "w"}
+
+
+class MovesToB(Policy):
+    """Until t = 10: whole job w on type A, sharing job s on type B; then w moves to B and s waits."""
+
+    name = "moves-to-b"
+
+    def allocate(self, ctx: Context) -> Shares:
+        later = ctx.now >= 10
+        plan = {"w": (1, 1 if later else 0), "s": (0 if later else 1, 1)}
+        gpus = np.array([plan[j][0] for j in ctx.jobs.ids], dtype=np.int64)
+        types = np.array([plan[j][1] for j in ctx.jobs.ids], dtype=np.int64)
+        return Shares(gpus, types)
+
+
+def test_a_whole_job_moves_onto_a_gpu_a_sharing_job_leaves_in_the_same_step() -> None:
+    """A job moved to another type needs new GPUs: it is placed after the sharing jobs leave theirs
+    (placed first, as a shrink, it found B's only GPU still shared and the step failed)."""
+    s = Scheduler(two_types(1, 1), MovesToB(), CURVES, sharing=SharingRule.parse("pack"), retained=retained)
+    s.submit(job("w", 0, 1000), 0.0)
+    s.submit(job("s", 0, 1000, gpu_fraction=0.5), 0.0)
+    s.step(0.0)
+    assert s.allocation.gpus == {"w": (0,), "s": (1,)}
+    s.step(10.0)
+    check_step(s, 10.0)
+    assert s.allocation.gpus == {"w": (1,)} and not s.sharing.gpu_of
 
 
 def test_a_new_shared_gpu_of_no_type_is_packed_for_the_smallest_memory() -> None:
