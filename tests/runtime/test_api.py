@@ -4,7 +4,6 @@ end-to-end tests run the whole server."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import httpx
 import pytest

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.identity import AccountMap, check_prefix, dedicated_account, marker, remove_accounts
 
 

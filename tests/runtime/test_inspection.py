@@ -17,7 +17,7 @@ from runtime_live import coddl
 from coddl.clusterspec import load_cluster
 from coddl.core.cluster import Cluster, LinkSpec, Node
 from coddl.runtime.calibrated import with_spec
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.inspection.run import plan_groups
 
 

@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 import psutil
 import pytest
 
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.lease import Holder, Lease, LeaseLost, StateLock, is_locked, leases, lock_holder
 from coddl.runtime.store import Store
 

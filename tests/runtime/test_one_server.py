@@ -17,7 +17,7 @@ import time
 
 import psutil
 import pytest
-from runtime_live import Server, coddl, tiny_job, wait_for
+from runtime_live import coddl, tiny_job, wait_for
 
 pytestmark = pytest.mark.slow
 

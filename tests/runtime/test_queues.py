@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from runtime_live import Server, coddl, tiny_job, wait_for
+from runtime_live import Server, coddl, tiny_job
 from test_metrics import samples, value
 
 from coddl.core.cluster import Cluster

@@ -15,7 +15,7 @@ from runtime_live import free_port
 from typer.testing import CliRunner
 
 from coddl.cli.main import app
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.executors.ray_connect import probe, split_address
 
 

@@ -69,7 +69,7 @@ def inspect(out: Path = typer.Option(Path("cluster.yaml"), "--out", help="where 
             reps: int = typer.Option(5, "--reps", min=1, max=100, help="timed all-reduces per size (the fastest counts)")) -> None:
     """Measure each node (device, cores, memory) and each link (gloo all-reduces within and between nodes)
     through the executor; fit link bandwidth and latency; write a cluster spec to OUT and print it."""
-    from coddl.runtime.errors import ConfigError
+    from coddl.errors import ConfigError
     from coddl.runtime.inspection.run import inspect_local, inspect_ray, write_spec
 
     since = _process_started()

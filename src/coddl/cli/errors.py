@@ -17,7 +17,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from coddl.placement.sharing import SharingRuleError
     from coddl.policies.registry import PolicySpecError
     from coddl.queues.model import QueueError
-    from coddl.sim.config import ConfigError
+    from coddl.errors import ConfigError
     from coddl.traces.model import TraceError
 
     types: list[type[BaseException]] = [TraceError, ConfigError, PolicySpecError, QueueError, SharingRuleError]

@@ -55,7 +55,7 @@ def _run_with_progress(run_all, groups: list[str], seeds: list[int], pols: list[
     """``run_all`` under a progress bar. A Ray address that cannot be joined, or a run that failed on
     every try there, is one line and exit 2 (both are ConfigError or RunFailed, with their reason)."""
     from coddl.experiments.ray_grid import RunFailed
-    from coddl.runtime.errors import ConfigError
+    from coddl.errors import ConfigError
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:

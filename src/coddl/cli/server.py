@@ -92,7 +92,7 @@ def server_start(
     from coddl.policies.registry import PolicySpecError
     from coddl.queues.model import QueueError
     from coddl.runtime.controller import ControllerSettings
-    from coddl.runtime.errors import ConfigError
+    from coddl.errors import ConfigError
     from coddl.runtime.executors.driver import ExecutorSettings
     from coddl.runtime.lease import LeaseLost
     from coddl.runtime.limits import ApiLimits
@@ -277,7 +277,7 @@ def demo(policy: str = typer.Option("afs-p", "--policy", help="scheduling policy
     """Six real training jobs on 4 logical GPUs, re-divided live as they arrive and finish (< 3 min)."""
     from coddl.policies.registry import PolicySpecError, make_policy
     from coddl.runtime.demo import run_demo, run_on_testbed, summary
-    from coddl.runtime.errors import ConfigError
+    from coddl.errors import ConfigError
     from coddl.runtime.testbed.netns import TestbedError
 
     try:

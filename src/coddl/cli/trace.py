@@ -74,7 +74,7 @@ def export(
     file back replays exactly the same jobs (model and iterations are given)."""
     # The workload builder pulls in the simulator; info and convert do not need it.
     from coddl.perf.curves import load_coddl_curves
-    from coddl.sim.config import ConfigError
+    from coddl.errors import ConfigError
     from coddl.sim.workload import build_workload, build_workload_coddl_authors, curves_for
 
     with user_errors():

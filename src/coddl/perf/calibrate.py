@@ -20,16 +20,15 @@ spread of fitted θ over jobs and how far single measurements scatter around the
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from coddl.core.cluster import Cluster, GpuType
 from coddl.perf.estimator import Estimator
-from coddl.perf.fabric import ALGORITHMS, Algorithm, Fabric
+from coddl.perf.fabric import Algorithm, Fabric
 from coddl.perf.jobmodel import NP, THETA_LOWER, THETA_UPPER, JobModel, Prior, Steps, affine_fit, step_model
 from coddl.perf.lsq import levenberg_marquardt
 from coddl.perf.table import ProfileError, ProfileTable

@@ -41,7 +41,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from coddl.traces._table import Column, Table, fail, read_csv
+from coddl.traces._table import Column, Table, read_csv
 from coddl.traces.model import TraceError
 
 COLUMNS = ("cluster", "model", "param_bytes", "gpu_type", "gpus", "nodes", "placement", "local_batch",

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from coddl.perf.curves import data_path
-from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order
 from coddl.policies.registry import PolicySpecError, register
 
 

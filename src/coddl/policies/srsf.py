@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coddl.policies.base import Context, Policy, greedy_fit, keyed_order, lexorder
+from coddl.policies.base import Context, Policy, greedy_fit, keyed_order
 from coddl.policies.registry import register
 
 

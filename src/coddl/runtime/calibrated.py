@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from coddl.core.cluster import Cluster
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 
 
 def with_spec(live: Cluster, spec: Cluster, source: str) -> Cluster:

@@ -32,7 +32,7 @@ from rich.text import Text
 
 from coddl.runtime.client import Client, Endpoint
 from coddl.runtime.controller import ControllerSettings
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.render import duration, jobs_table
 from coddl.runtime.server import DEFAULT_POLICY, HttpServer, Runtime, ServerConfig
 from coddl.runtime.spec import JobFile

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 
 ACCOUNTS_FILE = "accounts.yaml"
 PREFIX = "coddl-"

@@ -38,7 +38,7 @@ from typing import Literal
 from coddl.elastic.pool import WorkerHandle, WorkerPool
 from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
 from coddl.elastic.worker import WorkerSpec
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.identity import PREFIX, AccountMap
 from coddl.runtime.netns import Networks
 

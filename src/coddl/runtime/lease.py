@@ -45,7 +45,7 @@ import psutil
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text, make_url, select, text
 from sqlalchemy.orm import Session
 
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.paths import LOCK_FILE, SERVER_FILE
 from coddl.runtime.store import Store
 

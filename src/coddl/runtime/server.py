@@ -39,7 +39,7 @@ from coddl.runtime.api import ClusterInfo, create_app
 from coddl.runtime.calibrated import with_spec
 from coddl.runtime.controller import Controller, ControllerSettings
 from coddl.runtime.dashboard import mount_dashboard
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.executors.base import Executor
 from coddl.runtime.executors.driver import ExecutorSettings
 from coddl.runtime.executors.ray_connect import DEFAULT_CONNECT_TIMEOUT_S

@@ -14,9 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-
-class ConfigError(ValueError):
-    """A config file or flag the user gave is not valid (one line; the CLI exits 2)."""
+from coddl.errors import ConfigError
 
 
 class SimConfig(BaseModel):

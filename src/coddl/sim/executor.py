@@ -137,6 +137,10 @@ class SimExecutor:
     def close(self) -> None:
         self._heap.clear()
 
+    def abandon(self) -> None:
+        """Nothing runs outside the simulation: forgetting the predicted exits is all there is."""
+        self._heap.clear()
+
     def apply(self, plan: Plan) -> None:
         """Apply the plan at ``now``: new rates for the jobs it names, and their predicted exits."""
         s = self.scheduler

@@ -16,7 +16,7 @@ import dataclasses
 
 from coddl.core.cluster import Cluster
 from coddl.core.job import JobSpec
-from coddl.sim.config import ConfigError
+from coddl.errors import ConfigError
 from coddl.sim.workload import Skipped
 
 

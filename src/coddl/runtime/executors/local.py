@@ -20,7 +20,7 @@ import torch
 
 from coddl.core.cluster import Cluster, GpuType, Node
 from coddl.elastic.pool import WorkerPool
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings, local_pin
 from coddl.runtime.isolation import ConfinedLauncher, Isolation
 

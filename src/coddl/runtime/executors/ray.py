@@ -34,7 +34,7 @@ from coddl.core.cluster import Cluster
 from coddl.elastic.gang import LOOPBACK, free_port
 from coddl.elastic.pool import WorkerHandle
 from coddl.elastic.worker import WorkerSpec
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 from coddl.runtime.executors.ray_connect import (DEFAULT_CONNECT_TIMEOUT_S, connect, import_ray, ray_cluster,
                                                  split_address)

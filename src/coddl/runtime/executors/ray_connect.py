@@ -20,7 +20,7 @@ import sys
 from types import ModuleType
 
 from coddl.core.cluster import Cluster, GpuType, Node
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 
 DEFAULT_CONNECT_TIMEOUT_S = 15.0
 _AUTH_HINT = "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) to the cluster's token"

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from coddl.core.cluster import LinkSpec
-from coddl.runtime.errors import ConfigError
+from coddl.errors import ConfigError
 from coddl.runtime.inspection.bench import ready, run_node
 from coddl.runtime.inspection.rendezvous import StoreServer
 
