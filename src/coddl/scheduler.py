@@ -307,11 +307,13 @@ class Scheduler:
         decides with the GPUs the current packing saves added to its capacity (a policy that keeps
         running jobs running must see room for them), else with the real capacity, which always
         fits (every sharing job counted as a whole GPU). Each decision is packed; if it fits the
-        real GPUs, the policy is offered more: the GPUs still free plus the sharing jobs that might
-        still fit on the shared GPUs. One that does not fit is retried with an offer of one. It ends
-        when nothing is left to offer, the policy leaves capacity unused (nobody wants more), or an
-        offer of one does not fit, or after ``MAX_SHARING_DECISIONS`` policy calls: the last decision
-        that fitted stands."""
+        real GPUs, the policy is offered more: first one GPU, then, if that fitted, all that is left
+        — the GPUs still free plus the sharing jobs that might still fit on the shared GPUs. One at
+        first, because an offer the policy gives to a job that cannot be packed (a pair that clashes,
+        a whole job where only shared room is left) does not fit, and that is the common case on a
+        busy cluster. It ends when nothing is left to offer, the policy leaves capacity unused
+        (nobody wants more), an offer does not fit, or after ``MAX_SHARING_DECISIONS`` policy calls:
+        the last decision that fitted stands."""
         t, n = self.table, self.table.n
         sharing = self.sharing
         assert sharing is not None
@@ -321,7 +323,7 @@ class Scheduler:
         saved_t = sharing.saved_by_type()
         held_rows, held_t = self._whole_holdings() if ntypes > 1 else (None, None)
         best = None
-        offer = np.zeros(ntypes, dtype=np.int64)  # last offer, per type, on top of the best decision's capacity
+        offered = False  # an offer was made (the first is of one GPU)
         try:
             if saved_t.any():
                 self._virtual = (cap + int(saved_t.sum()), cap_t + saved_t)
@@ -346,17 +348,11 @@ class Scheduler:
                     stays = np.minimum(held_t, keep[:, None]) * (types[held_rows] < 0)[:, None]
                     used = used + stays.sum(axis=0)
                     untyped -= int(stays.sum())
-                if d.whole + packing.gpus > cap or (used > cap_t).any():  # did not fit: offer less
+                if d.whole + packing.gpus > cap or (used > cap_t).any():  # did not fit
                     if best is None and self._virtual is not None:
                         self._virtual = None  # the current packing's room did not hold: the real capacity
                         continue
-                    if best is None or offer.sum() <= 1:
-                        break
-                    one = np.zeros_like(offer)
-                    one[int(np.argmax(offer))] = 1
-                    offer = one
-                    self._virtual = (best[0].capacity + int(offer.sum()), best[0].capacity_by_type + offer)
-                    continue
+                    break
                 # policies may reuse their output arrays from one call to the next: keep a copy
                 kept = (Shares(g.copy(), None if out.gpu_type is None else np.array(out.gpu_type), out.cpus)
                         if isinstance(out, Shares) else g.copy())
@@ -370,6 +366,10 @@ class Scheduler:
                 offer = self._offer(packing, used, untyped, d.left_out, d.smallest_left_out)
                 if not offer.any():
                     break
+                if not offered:
+                    one = np.zeros_like(offer)
+                    one[int(np.argmax(offer))] = 1
+                    offer, offered = one, True
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
         finally:
             self._virtual = None
