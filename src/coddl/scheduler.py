@@ -137,6 +137,9 @@ class Scheduler:
                         if sharing is not None and sharing.shares else None)
         self._packing: Packing | None = None  # the decision's packing, carried out by ``step``
         self._virtual: tuple[int, np.ndarray] | None = None  # capacity the policy sees while packing
+        # the jobs as the policy sees them, shared by the decisions of one step (the table does not
+        # change between them): remaining work and attained service are computed once, not per call
+        self._jobs: JobsView | None = None
 
     # ------------------------------------------------------------------ events in
     def submit(self, spec: JobSpec, now: float, *, attained_service: float = 0.0,
@@ -269,7 +272,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the step
     def context(self, now: float) -> Context:
-        jobs = JobsView(self.table, now)
+        jobs = self._jobs if self._jobs is not None else JobsView(self.table, now)
         capacity, by_type = self._virtual or (self.cluster.total_gpus, self._capacity_by_type)
         return Context(
             now=now, capacity=capacity, capacity_by_type=by_type,
@@ -324,6 +327,7 @@ class Scheduler:
         held_rows, held_t = self._whole_holdings() if ntypes > 1 else (None, None)
         best = None
         offered = False  # an offer was made (the first is of one GPU)
+        self._jobs = JobsView(t, now)
         try:
             if saved_t.any():
                 self._virtual = (cap + int(saved_t.sum()), cap_t + saved_t)
@@ -372,7 +376,7 @@ class Scheduler:
                     offer, offered = one, True
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
         finally:
-            self._virtual = None
+            self._virtual = self._jobs = None
         if best is None:  # no decision fitted (a policy that keeps its jobs while it counts them whole): stand still
             ctx = self.context(now)
             ctx.capacity = max(ctx.capacity, int(t.share[:n].sum()))
