@@ -367,13 +367,18 @@ class Scheduler:
                 best = (ctx, kept, packing)
                 if d.given < ctx.capacity:
                     break
-                offer = self._offer(packing, used, untyped, d.left_out, d.smallest_left_out)
-                if not offer.any():
-                    break
-                if not offered:
-                    one = np.zeros_like(offer)
-                    one[int(np.argmax(offer))] = 1
-                    offer, offered = one, True
+                if not offered and ntypes == 1:  # one GPU, if there is any: no need to count them
+                    if int(cap - used[0]) <= untyped and not sharing.has_room(packing, d.left_out, d.smallest_left_out):
+                        break
+                    offer, offered = np.ones(1, dtype=np.int64), True
+                else:
+                    offer = self._offer(packing, used, untyped, d.left_out, d.smallest_left_out)
+                    if not offer.any():
+                        break
+                    if not offered:
+                        one = np.zeros_like(offer)
+                        one[int(np.argmax(offer))] = 1
+                        offer, offered = one, True
                 self._virtual = (ctx.capacity + int(offer.sum()), ctx.capacity_by_type + offer)
         finally:
             self._virtual = self._jobs = None

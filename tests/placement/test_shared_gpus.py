@@ -206,6 +206,23 @@ def test_a_refusal_is_forgotten_when_the_gpus_tenants_change() -> None:
     assert sg.pack(["a", "q"]).at == {"q": 0}
 
 
+def test_room_split_between_a_shared_gpu_and_a_new_one_still_counts_the_waiting_job() -> None:
+    """One job waits; half a GPU is free on a shared GPU and half on one the packing opens: the
+    offer has room for it (scaling each part by 1/2 and rounding down counted none)."""
+    free = [0, 1, 2, 3]
+    sg = SharedGpus(Cluster.for_gpus(4, 4), SharingRule("pack"), retained, clash=lambda a, b, t: a == b == 1)
+    sg.register(Tenant("a", 0.5, None, 1, declared=False))
+    sg.register(Tenant("c", 0.5, None, 1, declared=False))
+    sg.commit(sg.pack(["a"]), lambda t: free.pop(0), free.append)
+    packing = sg.pack(["a", "c"])  # c clashes with a: a new GPU, half used
+    assert len(packing.opened) == 1
+    per_type, anywhere = sg.room(packing, 1, 1, 0.5)
+    assert int(per_type.sum()) + anywhere == 1
+    assert sg.room(packing, 1, 5, 0.5)[0].tolist() == [1] and sg.room(packing, 1, 5, 0.5)[1] == 1
+    assert sg.has_room(packing, 1, 0.5) and not sg.has_room(packing, 0, 0.5)
+    assert not sg.has_room(packing, 1, 0.75)
+
+
 def test_a_refusal_is_forgotten_when_the_pair_is_measured_better() -> None:
     """Under ``aware`` a GPU refuses a job whose co-tenants would fall below the floor; once online
     measurements raise the pair's value, the same GPU takes it."""

@@ -370,9 +370,13 @@ class SharedGpus:
                     no = refused[sig] = np.concatenate([known, np.zeros(len(newcomers), dtype=bool)])
                     for g in bins:  # a GPU whose tenants change in this packing is asked again
                         no[g] = False
-                fits = np.flatnonzero((room >= t.fraction - EPS) & ~no)
-                for i in fits[np.argsort(room[fits], kind="stable")]:  # best fit: least room left first
-                    i = int(i)
+                # best fit: the least room left first, the lowest GPU among equals; almost always
+                # the first one asked takes the job (refusals are remembered), so no sort
+                candidates = np.where((room >= t.fraction - EPS) & ~no, room, np.inf)
+                while True:
+                    i = int(candidates.argmin())
+                    if candidates[i] == np.inf:
+                        break
                     b = (bins.get(i) or self._bins[i]) if i < total else opened[i - total]
                     if self._fits(b, t):
                         at_bin = i
@@ -380,6 +384,7 @@ class SharedGpus:
                             bins[i] = Bin(b.gpu, b.gpu_type, list(b.tenants), b.used, b.memory)
                         break
                     no[i] = True
+                    candidates[i] = np.inf
                     if i < total and i not in bins:  # refused as the GPU is now: remembered
                         known[i] = True
             if at_bin < 0:
@@ -444,6 +449,16 @@ class SharedGpus:
         """Per type, the GPUs the current packing saves: jobs placed minus GPUs they hold."""
         return self._saved_by_type.copy()
 
+    def has_room(self, packing: Packing, waiting: int, smallest: float) -> bool:
+        """Whether ``room`` finds any: a GPU of ``packing`` where the smallest of ``waiting`` jobs
+        might still fit (what a first offer of one GPU needs to know, without counting)."""
+        if waiting <= 0:
+            return False
+        if any(1.0 - b.used + EPS >= smallest for b in (*packing.opened, *packing.joined.values())):
+            return True
+        changed = set(packing.emptied) | packing.joined.keys()
+        return any(g not in changed for g in np.flatnonzero(self._room + EPS >= smallest).tolist())
+
     def room(self, packing: Packing, ntypes: int, waiting: int, smallest: float) -> tuple[np.ndarray, int]:
         """How many of ``waiting`` sharing jobs left out of ``packing`` (the smallest asks for
         ``smallest`` of a GPU) might still fit on its GPUs, by fraction alone (an upper bound: memory
@@ -465,8 +480,13 @@ class SharedGpus:
                 per_type[b.gpu_type] += extra
             else:
                 anywhere += extra
-        scale = min(1.0, waiting / max(1, int(per_type.sum()) + anywhere))
-        return np.floor(per_type * scale).astype(np.int64), int(anywhere * scale)
+        # no more than are waiting: the roomiest types first, then GPUs of no type (scaling each
+        # part down and rounding would lose one that fits where the room is split)
+        left = waiting
+        for ti in np.argsort(-per_type, kind="stable"):
+            per_type[ti] = min(int(per_type[ti]), left)
+            left -= int(per_type[ti])
+        return per_type, min(anywhere, left)
 
     def used_by_type(self, packing: Packing) -> tuple[np.ndarray, int]:
         """GPUs a packing holds per type, and how many new ones may be of any type."""

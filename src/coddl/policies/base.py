@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -43,6 +43,7 @@ class JobsView:
         self._n = table.n
         self.ids: list[JobId] = table.ids
         self.specs: list[JobSpec] = table.specs  # who submitted each job (a queue layer's membership)
+        self._memo: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self._n
@@ -54,6 +55,15 @@ class JobsView:
         col = getattr(self._table, where[0])[where[1], : self._n]
         setattr(self, name, col)  # later reads find it directly
         return col
+
+    def memo(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """What a policy derives from these jobs and the curves alone — never from the capacity —
+        computed once per view: under GPU sharing the scheduler asks a policy up to three times per
+        step, with one view and different capacities (``Scheduler._with_sharing``). Read-only."""
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = compute()
+        return got
 
     @cached_property
     def by_submission(self) -> np.ndarray:

@@ -27,7 +27,6 @@ class Srsf(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        service = j.requested * ctx.remaining_time(j.requested)
-        order = keyed_order(j, service)
+        order = j.memo("srsf", lambda: keyed_order(j, j.requested * ctx.remaining_time(j.requested)))
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         return np.where(admitted, j.requested, 0)

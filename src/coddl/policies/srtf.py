@@ -22,6 +22,6 @@ class Srtf(Policy):
 
     def allocate(self, ctx: Context) -> np.ndarray:
         j = ctx.jobs
-        order = keyed_order(j, ctx.remaining_time(j.requested))
+        order = j.memo("srtf", lambda: keyed_order(j, ctx.remaining_time(j.requested)))
         admitted = greedy_fit(order, j.requested, ctx.capacity, self.params.backfill)
         return np.where(admitted, j.requested, 0)
