@@ -13,6 +13,7 @@ wants more (``_with_sharing``); whole-GPU workloads never take that path.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -396,11 +397,14 @@ class Scheduler:
         """The rows of whole-GPU jobs that hold GPUs now, and how many of each type each holds."""
         t, n = self.table, self.table.n
         rows = np.flatnonzero((t.share[:n] > 0) & (t.shared_fraction[:n] == 0))
-        held = np.zeros((rows.size, len(self._capacity_by_type)), dtype=np.int64)
+        ntypes = len(self._capacity_by_type)
+        gpus = [self.allocation.gpus[t.ids[r]] for r in rows.tolist()]
+        counts = np.fromiter(map(len, gpus), dtype=np.int64, count=len(gpus))
+        flat = np.fromiter(itertools.chain.from_iterable(gpus), dtype=np.int64, count=int(counts.sum()))
+        owner = np.repeat(np.arange(rows.size), counts)
         type_of_gpu = self.cluster.node_type_index[self.cluster.node_of_gpu]
-        for i, r in enumerate(rows.tolist()):
-            np.add.at(held[i], type_of_gpu[list(self.allocation.gpus[t.ids[r]])], 1)
-        return rows, held
+        held = np.bincount(owner * ntypes + type_of_gpu[flat], minlength=rows.size * ntypes)
+        return rows, held.reshape(rows.size, ntypes).astype(np.int64)
 
     def _offer(self, packing: Packing, used: np.ndarray, untyped: int, waiting: int, smallest: float) -> np.ndarray:
         """What more a packed decision leaves, per type: the GPUs still free and the sharing jobs

@@ -406,6 +406,18 @@ def test_a_whole_job_moves_onto_a_gpu_a_sharing_job_leaves_in_the_same_step() ->
     assert s.allocation.gpus == {"w": (1,)} and not s.sharing.gpu_of
 
 
+def test_a_typed_sharing_job_waits_for_its_type_while_a_job_of_no_type_holds_it() -> None:
+    """w2 asked for no type and runs on B's only GPU; s must run on B. When w1 leaves A, s still
+    waits: the GPUs a job of no type holds count against their type (counted by type alone, the
+    decision looked feasible and placing it failed)."""
+    specs = [job("w1", 0, 10), job("w2", 0.5, 100), job("s", 1, 10, gpu_fraction=0.5, gpu_type="B")]
+    s = Scheduler(two_types(1, 1), make_policy("fifo"), CURVES, sharing=SharingRule.parse("pack"), retained=retained)
+    res = simulate(specs, s, check=True)
+    done = {r.spec.job_id: (r.first_start, r.finish) for r in res.records}
+    assert done["w1"] == (0, 10) and done["w2"] == (0.5, 100.5)
+    assert done["s"] == (100.5, 110.5)
+
+
 def test_a_new_shared_gpu_of_no_type_is_packed_for_the_smallest_memory() -> None:
     """Two 6 GB quarter-GPU jobs may not go together on an 8 GB GPU, whichever type the placer picks."""
     specs = [job(f"x{i}", 0, 100, gpu_fraction=0.25, gpu_memory_gb=6.0) for i in range(2)]
