@@ -223,6 +223,22 @@ def test_room_split_between_a_shared_gpu_and_a_new_one_still_counts_the_waiting_
     assert not sg.has_room(packing, 1, 0.75)
 
 
+def test_the_refusal_memory_is_bounded(monkeypatch) -> None:
+    """A server that sees ever new kinds of job (memory needs, fractions) does not grow the memory
+    without bound: past the limit it forgets and starts again, and packs as before."""
+    import coddl.placement.sharing as sharing
+
+    monkeypatch.setattr(sharing, "MAX_REMEMBERED_KINDS", 2)
+    free = list(range(8))
+    sg = SharedGpus(Cluster.for_gpus(8, 8), SharingRule("pack"), retained)
+    sg.register(Tenant("a", 0.5, 8.0, 0))
+    sg.commit(sg.pack(["a"]), lambda t: free.pop(0), free.append)
+    for i in range(5):  # each asks for more memory than is left beside a: refused, a new GPU each time
+        sg.register(Tenant(f"m{i}", 0.25, 9.0 + i / 10, 0))
+        assert sg.pack(["a", f"m{i}"]).opened
+        assert len(sg._refused) <= 2
+
+
 def test_a_refusal_is_forgotten_when_the_pair_is_measured_better() -> None:
     """Under ``aware`` a GPU refuses a job whose co-tenants would fall below the floor; once online
     measurements raise the pair's value, the same GPU takes it."""

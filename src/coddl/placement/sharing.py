@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 Mode = Literal["exclusive", "pack", "aware"]
 EPS = 1e-9
 NEW = -1  # a GPU a packing opens: it has no index until the placer gives it one
+# kinds of job whose refusals are remembered at once (a cache: a server that sees ever new kinds —
+# fractions, memory needs — forgets them all and starts again rather than grow without bound)
+MAX_REMEMBERED_KINDS = 256
 
 
 class SharingRuleError(ValueError):
@@ -364,6 +367,8 @@ class SharedGpus:
                 sig = self._signature(t)
                 known = self._refused.get(sig)
                 if known is None:
+                    if len(self._refused) >= MAX_REMEMBERED_KINDS:
+                        self._refused.clear()
                     known = self._refused[sig] = np.zeros(total, dtype=bool)
                 no = refused.get(sig)
                 if no is None:
