@@ -32,7 +32,7 @@ def test_every_executor_has_the_protocols_methods_with_its_parameters(cls) -> No
         assert all(p.default is not inspect.Parameter.empty for p in extra), f"{cls.__name__}.{name}: {extra}"
 
 
-def test_a_sim_executor_has_the_protocols_attributes(tmp_path) -> None:
+def test_a_sim_executor_has_the_protocols_attributes() -> None:
     import numpy as np
 
     from coddl.core.cluster import Cluster
