@@ -23,7 +23,7 @@ from coddl.elastic.data import Position, SampleOrder
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import ColdLauncher, WorkerPool
 from coddl.elastic.protocol import Progress
-from coddl.elastic.session import INSPECT_STEPS, INSPECT_WARMUP
+from coddl.elastic.inspection import INSPECT_STEPS, INSPECT_WARMUP
 
 pytestmark = pytest.mark.slow
 

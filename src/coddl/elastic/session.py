@@ -5,18 +5,10 @@ Every rank runs the same loop; the step boundary (inside ``step()``, after the o
 the only place where the world size changes, so user code never sees a half-applied resize. See
 ``coddl.elastic.protocol`` for how membership changes reach the ranks.
 
-Job inspection (CODDL_INSPECT=1, set by the controller for a job it has no profile of): after
-``INSPECT_WARMUP`` steps (the first steps of a fresh process run slow: allocations, caches, the
-other ranks still starting), each rank hands its local batch out as 1, 2 or 4 micro-batches in
-turn for ``INSPECT_ROUNDS`` rounds, and the script's forward and backward pass over each is timed
-(from the batch handed out to ``step()``). ``step()`` on a micro-batch that is not the step's last keeps its gradient, weighted by
-its share of the global batch, and applies nothing; the step's last one adds them up, all-reduces
-and updates once. Every sample is trained on exactly once and the update is the one the whole local
-batch gives (equal up to floating-point rounding of the sum), so inspection costs the user nothing
-but the micro-batches' lower efficiency during those steps. What rank 0 measured — gradient bytes,
-compute seconds per local batch, the step's own overhead — goes to the store once (``Inspection``).
-A model whose forward pass depends on the batch as a whole (batch normalisation) sees micro-batches
-there, as it sees smaller local batches when the job runs on more GPUs.
+``Session`` is the public API and the step; its parts each have a module of their own, over the state
+they share (``rank.py``): membership changes (``regroup.py``), progress reports and checkpoints
+(``reporting.py``), job inspection (``inspection.py``) and keeping the replicas one model
+(``replicas.py``).
 
 Gradients are averaged by our own all-reduce instead of DistributedDataParallel: DDP binds itself to
 one process group and would have to be rebuilt on every regroup, and owning the all-reduce lets a
@@ -26,10 +18,8 @@ three-number control message (loss, loss weight, newest generation) ride along i
 from __future__ import annotations
 
 import datetime
-import hashlib
 import random
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -39,39 +29,21 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_map
 from torch.utils.data import default_collate
 
-from coddl.elastic import group, state
-from coddl.elastic.balance import Balancer, RankInfo, type_key
+from coddl.elastic import group
 from coddl.elastic.coordinator import Coordinator
 from coddl.elastic.data import BatchRule, Samples, SampleOrder, local_range
-from coddl.elastic.failure import ScriptMistake
+from coddl.elastic.inspection import INSPECT_STEPS, INSPECT_WARMUP, Inspecting, Probe
 from coddl.elastic.kvstore import KVClient
 from coddl.elastic.protocol import (
     FINISHED_KEY,
     GENERATION_KEY,
-    INSPECTION_KEY,
-    PROGRESS_KEY,
-    REASON_FAILURE,
-    REASON_RESTART,
     REASON_START,
-    Inspection,
-    Membership,
-    Progress,
     WorkerEnv,
     arrived_key,
-    complete_key,
-    hash_key,
-    membership_key,
-    ready_key,
     split_addr,
 )
-from coddl.waiting import WaitTimeout, wait_until
-
-
-REPLICA_CHECK_STEPS = 10  # every this many steps the ranks compare a digest of their parameters
-INSPECT_SPLITS = (1, 2, 4)  # micro-batches per step while inspecting, in turn: local batches b, b/2, b/4
-INSPECT_ROUNDS = 3  # each split this many times (the median counts)
-INSPECT_WARMUP = 10  # whole steps before the timed ones
-INSPECT_STEPS = INSPECT_WARMUP + len(INSPECT_SPLITS) * INSPECT_ROUNDS  # the job's inspected steps end here
+from coddl.elastic.regroup import Departed, Regrouping
+from coddl.elastic.replicas import REPLICA_CHECK_STEPS, Replicas, gradient_buckets
 
 _opened = False  # whether this process ever entered a session (a job's script must)
 _current: Session | None = None
@@ -86,13 +58,6 @@ def current_generation() -> int | None:
     return _current.generation if _current is not None else None
 
 
-class Departed(SystemExit):
-    """Raised on a rank that is not in the new membership; as a SystemExit(0) it ends the worker cleanly."""
-
-    def __init__(self) -> None:
-        super().__init__(0)
-
-
 @dataclass
 class _Pending:
     """The (micro-)batch handed to the user and not yet stepped on; ``whole`` is this rank's whole
@@ -105,72 +70,15 @@ class _Pending:
     handed_at: float = 0.0
 
 
-@dataclass
-class _Carry:
-    """Weighted gradients and loss of a step's micro-batches stepped on so far (inspection)."""
-
-    flats: list[torch.Tensor]
-    loss_sum: float
-    loss_weight: float
-
-
-@dataclass
-class _Probe:
-    """Rank-local timings of the inspected steps."""
-
-    timings: list[tuple[int, float]]
-    overheads: list[float]
-
-    @staticmethod
-    def splits(step: int, local: int) -> int:
-        if step < INSPECT_WARMUP:
-            return 1
-        return max(1, min(INSPECT_SPLITS[(step - INSPECT_WARMUP) % len(INSPECT_SPLITS)], local))
-
-
-@dataclass
-class _Window:
-    """What happened since rank 0's last progress report."""
-
-    start: float
-    steps: int = 0
-    samples: int = 0
-    loss_sum: float = 0.0
-    loss_weight: float = 0.0
-
-
-class Session:
+class Session(Regrouping, Inspecting, Replicas):
     """One worker's membership in an elastic data-parallel job. Create it with ``session()``."""
 
     def __init__(self, env: WorkerEnv) -> None:
-        self._env = env
-        self._backend, self.device = group.select_backend()
-        self._coordinator: Coordinator | None = None
-        self._store: dist.Store | None = None
-        self._model: torch.nn.Module | None = None
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._membership = Membership(0, (), "none")
-        self._rank = 0
-        self._counters = state.Counters()
-        self._has_state = False  # holds trained or restored state (a fresh process does not)
-        self._clean = True  # last step completed everywhere (False after an abandoned collective)
-        self._departing = False
+        super().__init__(env)
         self._pending: _Pending | None = None
         self._last_samples: Samples | None = None
-        self._global_batch = 0
         self._dataset_len = 0
-        self._window = _Window(time.perf_counter())
-        self._last_checkpoint = time.monotonic()
-        self._seen_failure: dict[int, bool] = {}
-        self._regroup_s: float | None = None
-        self._stepping = False  # inside our own optimizer.step()
-        self._probe: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # see _replica_digest
-        self._inspecting: _Probe | None = None  # timings of the first steps (CODDL_INSPECT)
-        self._carry: _Carry | None = None
-        self._rule: BatchRule | None = None
         self._hook: Any = None
-        self._balance = Balancer.alone()  # how the global batch is cut between the ranks (see _sync)
-        self._device_key = type_key(env.device_type or group.device_name(self.device))
 
     # ---- context ---------------------------------------------------------------------------------
 
@@ -207,18 +115,6 @@ class Session:
         self._coordinator = None
 
     # ---- public API ------------------------------------------------------------------------------
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return len(self._membership.members)
-
-    @property
-    def generation(self) -> int:
-        return self._membership.generation
 
     @property
     def steps_done(self) -> int:
@@ -273,7 +169,7 @@ class Session:
         order = SampleOrder(len(dataset), self._env.seed)
         self._dataset_len = order.dataset_len
         if self._env.inspect and self._counters.step < INSPECT_STEPS:
-            self._inspecting = _Probe([], [])
+            self._inspecting = Probe([], [])
         while True:
             if self._departing:
                 raise Departed()
@@ -289,7 +185,7 @@ class Session:
                 self._last_samples = mine
                 self.step()
                 continue
-            parts = 1 if self._inspecting is None else _Probe.splits(self._counters.step, len(mine))
+            parts = 1 if self._inspecting is None else Probe.splits(self._counters.step, len(mine))
             for i in range(parts):
                 part = mine if parts == 1 else mine.slice(*local_range(len(mine), parts, i))
                 self._pending = _Pending(part, len(batch), mine, final=i == parts - 1)
@@ -336,7 +232,7 @@ class Session:
             timed[self._rank] = (entered - pending.handed_at) / len(pending.samples)
         control = torch.tensor([loss_sum, loss_weight, newest, digest, digest * digest, *timed],
                                dtype=torch.float64, device=self.device)
-        buckets = self._gradient_buckets(weight)
+        buckets = gradient_buckets(self._model, weight)
         if carry is not None:
             for (flat, _), kept in zip(buckets, carry.flats):
                 flat.add_(kept)
@@ -351,11 +247,8 @@ class Session:
             return False
         waited = time.perf_counter() - waiting
         loss_sum, loss_weight, target, digests, squares, *timed = control.tolist()
-        if check and self.world_size * int(squares) != int(digests) ** 2:  # equal iff every rank's digest is
-            raise ScriptMistake(
-                f"the replicas' parameters differ at step {self._counters.step}: the script changes them outside "
-                "s.step() (it calls optimizer.step() itself, or updates parameters by hand), so the ranks no "
-                "longer train one model")
+        if check:
+            self._check_replicas(digests, squares)
         for flat, params in buckets:
             for p, g in zip(params, torch._utils._unflatten_dense_tensors(flat, params)):
                 p.grad = g
@@ -387,235 +280,6 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-    # ---- membership ------------------------------------------------------------------------------
-
-    def _enter(self, generation: int) -> None:
-        """Join ``generation`` (or leave, if not a member); on a failure during the join, wait for the
-        coordinator's next membership and join that one instead."""
-        carried = self._balance.known(self._rank) if self._rank < len(self._balance.ranks) else 0.0
-        while True:
-            self._membership = Membership.loads(self._store.get(membership_key(generation)))
-            if self._env.worker_id not in self._membership.members:
-                self._departing = True
-                return
-            self._rank = self._membership.members.index(self._env.worker_id)
-            try:
-                group.form(self._store, generation, self._rank, self.world_size, self._backend,
-                           self._env.pg_timeout_s)
-                self._sync(carried)
-            except (group.CollectiveFailed, dist.DistError):
-                group.dissolve(pending=[])
-                self._clean = False
-                generation = self._await_generation(generation + 1)
-                continue
-            self._announce_ready()
-            return
-
-    def _transition(self, generation: int) -> None:
-        """A planned membership change at a clean step boundary."""
-        nxt = Membership.loads(self._store.get(membership_key(generation)))
-        survivors = set(self._membership.members) & set(nxt.members)
-        if self._rank == 0:
-            self._report()
-            if not survivors:  # a stop (or a move to all-new workers): keep the progress on disk
-                self._checkpoint()
-        start = time.perf_counter()
-        group.dissolve()
-        self._enter(generation)
-        self._regrouped(start)
-
-    def _recover(self, works: list[dist.Work]) -> None:
-        """After a lost collective: drop the group, wait for the coordinator's failure membership, rejoin."""
-        start = time.perf_counter()
-        group.dissolve(pending=works)
-        self._clean = False
-        self._enter(self._await_generation(self.generation + 1))
-        self._regrouped(start)
-
-    def _regrouped(self, start: float) -> None:
-        self._regroup_s = time.perf_counter() - start
-        self._joined()
-
-    def _joined(self) -> None:
-        """Start a fresh report window (its rates must belong to the new world size alone) and, with
-        CODDL_VERIFY, publish the state hash; both happen after the regroup's measured pause."""
-        self._window = _Window(time.perf_counter())
-        if self._env.verify and not self._departing:
-            self._store.set(hash_key(self.generation, self._rank), state.state_hash(self._model, self._optimizer))
-
-    def _await_generation(self, at_least: int, poll_s: float = 0.01) -> int:
-        """The newest announced generation, once it is ``at_least``. If training ends meanwhile (a grow
-        requested just before the last step), there is nothing left to join: leave."""
-        newest = 0
-
-        def announced() -> bool:
-            nonlocal newest
-            if (newest := self._store.add(GENERATION_KEY, 0)) >= at_least:
-                return True
-            if self._store.check([FINISHED_KEY]):
-                raise Departed()
-            return False
-
-        try:
-            wait_until(announced, 2 * self._env.pg_timeout_s,
-                       f"the coordinator announced no generation >= {at_least}", interval=poll_s)
-        except WaitTimeout as e:
-            raise RuntimeError(str(e)) from None
-        return newest
-
-    def _failure_announced(self) -> bool:
-        """Whether the coordinator has posted a failure membership newer than ours (cached per generation)."""
-        newest = self._store.add(GENERATION_KEY, 0)
-        if newest <= self.generation:
-            return False
-        if newest not in self._seen_failure:
-            m = Membership.loads(self._store.get(membership_key(newest)))
-            self._seen_failure[newest] = m.reason in (REASON_FAILURE, REASON_RESTART)
-        return self._seen_failure[newest]
-
-    def _sync(self, carried_s_per_sample: float) -> None:
-        """Make every rank's state identical, copying only to the ranks that need it, and agree on how
-        the global batch is cut (``coddl.elastic.balance``: each rank's device type and what it
-        measured before, ``carried_s_per_sample``, travel in the same all-gather).
-
-        All ranks share (has state, clean, step). Clean holders at one step (the survivors of a planned
-        resize) are consistent: each newcomer gets the state from one of them, several copies running in
-        parallel, and the survivors themselves receive nothing (after a shrink nothing moves at all).
-        Otherwise (a failure left survivors at different steps) the holder with the most progress sends
-        to everyone else; if nobody holds state, rank 0 loads the checkpoint (or keeps the seeded
-        initial model) and sends that.
-        """
-        brings = RankInfo(self._device_key, self._env.device_speed, carried_s_per_sample)
-        mine = torch.tensor([int(self._has_state), int(self._clean), self._counters.step, *brings.row()],
-                            dtype=torch.float64, device=self.device)
-        rows = [torch.zeros_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(rows, mine)
-        table = [[int(x) for x in r[:3].tolist()] for r in rows]
-        self._balance = Balancer(tuple(RankInfo.from_row(r[3:].tolist()) for r in rows))
-        holders = [r for r, (has, _, _) in enumerate(table) if has]
-        consistent = all(table[r][1] for r in holders) and len({table[r][2] for r in holders}) == 1
-        if not holders:
-            holders = [0]
-            if self._rank == 0 and self._env.job_dir is not None:
-                saved = state.load_checkpoint(self._env.job_dir)
-                if saved is not None:
-                    self._counters = state.restore(saved, self._model, self._optimizer)
-        elif not consistent:
-            holders = [max(holders, key=lambda r: (table[r][2], -r))]
-        receivers = [r for r in range(self.world_size) if r not in holders]
-        source = {r: holders[i % len(holders)] for i, r in enumerate(receivers)}
-        if self._rank in source:
-            self._counters = state.restore(state.recv(source[self._rank], self.device), self._model, self._optimizer)
-        else:
-            mine_to = [r for r, src in source.items() if src == self._rank]
-            if mine_to:
-                state.send(state.capture(self._model, self._optimizer, self._counters), mine_to, self.device)
-        self._has_state = self._clean = True
-
-    def _announce_ready(self) -> None:
-        g = self.generation
-        if self._store.add(ready_key(g), 1) == self.world_size:
-            self._store.set(complete_key(g), str(time.time()))
-
-    # ---- the script's mistakes --------------------------------------------------------------------
-
-    def _outside_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if not self._stepping:
-            raise ScriptMistake("the script called optimizer.step() itself: s.step(loss) averages the gradients "
-                                "over the ranks and applies the update, so the script must not")
-
-    def _replica_digest(self) -> int:
-        """20 bits of a hash of a few elements of every parameter. The ranks' parameters are bit for
-        bit the same after every step (one all-reduced gradient, one deterministic update), so all
-        digests agree unless the script changed the parameters on its own; the ranks compare them
-        through the step's control all-reduce (sum and sum of squares: equal iff all are equal)."""
-        if self._probe is None:
-            self._probe = [(p, torch.linspace(0, p.numel() - 1, min(4, p.numel()), device=p.device).long())
-                           for p in self._model.parameters() if p.numel()]
-        if not self._probe:
-            return 0
-        values = torch.cat([p.detach().reshape(-1).index_select(0, i).double() for p, i in self._probe])
-        raw = hashlib.blake2b(values.cpu().numpy().tobytes(), digest_size=4).digest()
-        return int.from_bytes(raw, "big") >> 12
-
-    # ---- per-step bookkeeping --------------------------------------------------------------------
-
-    def _gradient_buckets(self, weight: float) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
-        """One flat, pre-weighted gradient buffer per dtype (missing gradients count as zeros)."""
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = defaultdict(list)
-        for p in self._model.parameters():
-            if p.requires_grad:
-                by_dtype[p.dtype].append(p)
-        buckets = []
-        for params in by_dtype.values():
-            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            buckets.append((torch._utils._flatten_dense_tensors(grads).mul_(weight), params))
-        return buckets
-
-    def _keep(self, weight: float, loss_sum: float, loss_weight: float) -> None:
-        """A micro-batch that does not end its step: keep its weighted gradient and loss for the
-        step's last micro-batch, and clear the gradients for the next one."""
-        flats = [flat for flat, _ in self._gradient_buckets(weight)]
-        if self._carry is None:
-            self._carry = _Carry(flats, loss_sum, loss_weight)
-        else:
-            for kept, flat in zip(self._carry.flats, flats):
-                kept.add_(flat)
-            self._carry.loss_sum += loss_sum
-            self._carry.loss_weight += loss_weight
-        self._optimizer.zero_grad(set_to_none=True)
-
-    def _inspected(self) -> None:
-        """The inspected steps are over: rank 0 reports what it timed (if anything: a rank that joined
-        after them has nothing), and every rank goes back to whole local batches."""
-        probe, self._inspecting = self._inspecting, None
-        if self._rank != 0 or probe is None or not probe.timings or self._rule is None:
-            return
-        param_bytes = sum(p.numel() * p.element_size() for p in self._model.parameters() if p.requires_grad)
-        report = Inspection(int(param_bytes), tuple(probe.timings[-64:]), float(np.median(probe.overheads)),
-                            self._rule.global_batch, self._rule.local_batch)
-        self._store.set(INSPECTION_KEY, report.dumps())
-
-    def _account(self, samples: int, loss_sum: float, loss_weight: float) -> None:
-        w = self._window
-        w.steps += 1
-        w.samples += samples
-        w.loss_sum += loss_sum
-        w.loss_weight += loss_weight
-        if self._rank != 0:
-            return
-        if time.perf_counter() - w.start >= self._env.report_s:
-            self._report()
-            self._window = _Window(time.perf_counter())
-        if self._env.checkpoint_s > 0 and time.monotonic() - self._last_checkpoint >= self._env.checkpoint_s:
-            self._checkpoint()
-
-    def _report(self) -> None:
-        """Publish the window (if it has steps: an empty one would only overwrite the last rates)."""
-        w = self._window
-        if w.steps == 0:
-            return
-        elapsed = max(time.perf_counter() - w.start, 1e-9)
-        progress = Progress(
-            generation=self.generation,
-            world_size=self.world_size,
-            step=self._counters.step,
-            epoch=self._counters.position.epoch,
-            samples=self._counters.samples,
-            samples_per_s=w.samples / elapsed,
-            steps_per_s=w.steps / elapsed,
-            loss=w.loss_sum / w.loss_weight if w.loss_weight > 0 else None,
-            global_batch=self._global_batch,
-            regroup_s=self._regroup_s,
-            time=time.time(),
-        )
-        self._store.set(PROGRESS_KEY, progress.dumps())
-
-    def _checkpoint(self) -> None:
-        if self._env.job_dir is not None:
-            state.save_checkpoint(self._env.job_dir, state.capture(self._model, self._optimizer, self._counters))
-        self._last_checkpoint = time.monotonic()
 
     def _finish(self) -> None:
         """End of training: rank 0 saves and reports; nobody exits before that is on record."""
