@@ -9,7 +9,9 @@ from typing import Callable
 
 from coddl.core.allocation import Action, ActionKind
 from coddl.core.job import JobStatus
+from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.store import ProgressUpdate, Store, database_url
+from coddl.runtime.store.views import worker_records
 
 
 def _job(store: Store, name: str = "j") -> int:
@@ -59,7 +61,10 @@ def test_recovery_takes_over_unfinished_jobs_and_hands_back_worker_records(store
     fresh = _job(store, "fresh")  # submitted, not yet taken in by the controller when it died
     store.record_plan([Action(ActionKind.START, str(done), (), (0,)),
                        Action(ActionKind.START, str(running), (), (1, 2))], at=1.0)
-    store.record_workers(running, [{"slot": 1, "pid": 11, "started": 5.0}, {"slot": 2, "pid": 12, "started": 5.0}])
+    records = [WorkerRecord(1, 11, started=5.0), WorkerRecord(2, 12, started=5.0)]
+    store.record_workers(running, records)
+    assert store.get_job(running).workers == tuple(records)
+    assert [j.workers for j in store.list_jobs() if j.id == running] == [tuple(records)]
     store.record_progress([ProgressUpdate(running, 1.5, 30, 2, 20.0, 0.1)])
     store.finish(done, JobStatus.FINISHED, 2.0)
     store.request_cancel(cancelling, "ann")
@@ -68,7 +73,7 @@ def test_recovery_takes_over_unfinished_jobs_and_hands_back_worker_records(store
     again = Store(store_url)  # a new process would do exactly this
     jobs, workers = again.recover(at=3.0)
     assert [j.id for j in jobs] == [running, queued, cancelling, fresh]
-    assert [w["pid"] for w in workers] == [11, 12]
+    assert workers == records
     assert again.get_job(done).status == "finished" and again.get_job(done).finished_at == 2.0
     assert "recovered" not in [e.kind for e in again.events(done)]
     r = again.get_job(running)
@@ -164,3 +169,13 @@ def test_postgresql_store_with_a_plain_url(postgres):
     a = _job(store)
     assert store.get_job(a).status == "queued"
     store.close()
+
+
+def test_worker_records_are_stored_as_json_and_damaged_ones_are_left_out():
+    local, ray = WorkerRecord(0, 7, started=1712.25), WorkerRecord(3, 8, node="node-1/a")
+    assert local.to_dict() == {"slot": 0, "pid": 7, "started": 1712.25}
+    assert ray.to_dict() == {"slot": 3, "pid": 8, "node": "node-1/a"}
+    assert [WorkerRecord.from_dict(r.to_dict()) for r in (local, ray)] == [local, ray]
+    stored = [local.to_dict(), {"pid": 9}, "text", {"slot": 1, "pid": "x"}, ray.to_dict()]
+    assert worker_records(stored) == (local, ray)
+    assert worker_records({"unreadable": "[{"}) == () and worker_records(None) == ()

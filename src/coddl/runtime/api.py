@@ -52,7 +52,7 @@ def job_json(j: JobView) -> dict[str, Any]:
         "cancel_requested": j.cancel_requested, "submitted_at": j.submitted_at, "started_at": j.started_at,
         "finished_at": j.finished_at, "total_steps": j.total_steps, "steps_done": j.steps_done, "loss": j.loss,
         "steps_per_s": j.steps_per_s, "share": j.share, "resizes": j.resizes, "message": j.message,
-        "gpus": list(j.gpus), "workers": list(j.workers), "terminal": j.terminal,
+        "gpus": list(j.gpus), "workers": [w.to_dict() for w in j.workers], "terminal": j.terminal,
         "attained_service": j.attained_service,
     }
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
 from coddl.core.allocation import ActionKind, Plan
 from coddl.core.job import JobId
 from coddl.policies.base import ThroughputSample
-from coddl.runtime.executors.base import ExitEvent, LaunchSpec
+from coddl.runtime.executors.base import ExitEvent, LaunchSpec, WorkerRecord
 from coddl.scheduler import Scheduler
 from coddl.sim.reconfig import ReconfigCost
 
@@ -131,7 +131,7 @@ class SimExecutor:
     def cancel(self, job_id: JobId) -> None:
         self._version.pop(job_id, None)
 
-    def reap(self, workers: list[dict]) -> int:
+    def reap(self, workers: Sequence[WorkerRecord]) -> int:
         return 0
 
     def close(self) -> None:

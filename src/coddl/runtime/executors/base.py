@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, Union
 
 from coddl.core.allocation import Plan
 from coddl.core.cluster import Cluster
@@ -92,14 +92,41 @@ class WorkerLostEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One worker process of a job: the slot it runs for, its pid and what identifies the process
+    beyond its pid (local: its start time, None where it could not be read; Ray: its node), so that
+    operators can find it and a restarted controller can tell its predecessor's orphans from
+    recycled pids. The store keeps it, and the API shows it, as ``to_dict()``."""
+
+    slot: int
+    pid: int
+    started: float | None = None
+    node: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON: what is not known is left out."""
+        out: dict[str, Any] = {"slot": self.slot, "pid": self.pid}
+        if self.started is not None:
+            out["started"] = self.started
+        if self.node is not None:
+            out["node"] = self.node
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> WorkerRecord:
+        """The record ``to_dict`` wrote; KeyError, TypeError or ValueError for anything else."""
+        started, node = d.get("started"), d.get("node")
+        return cls(int(d["slot"]), int(d["pid"]), None if started is None else float(started),
+                   None if node is None else str(node))
+
+
+@dataclass(frozen=True, slots=True)
 class WorkersEvent:
-    """The job's worker processes changed. Each record names the slot, the pid and what identifies
-    the process beyond its pid (local: its start time; Ray: its node), so that operators can find
-    them and a restarted controller can tell its predecessor's orphans from recycled pids."""
+    """The job's worker processes changed: the records of those it has now."""
 
     job_id: JobId
     at: float
-    workers: tuple[dict, ...]
+    workers: tuple[WorkerRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +157,7 @@ class Executor(Protocol):
 
     def cancel(self, job_id: JobId) -> None: ...
 
-    def reap(self, workers: list[dict]) -> int:
+    def reap(self, workers: Sequence[WorkerRecord]) -> int:
         """Kill workers a previous controller left behind (records from WorkersEvent); returns how many."""
 
     def events(self) -> list[ExecutorEvent]: ...

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import psutil
 
@@ -52,6 +52,7 @@ from coddl.runtime.executors.base import (
     NoticeEvent,
     ProgressEvent,
     WorkerLostEvent,
+    WorkerRecord,
     WorkersEvent,
 )
 from coddl.runtime.isolation import Isolation
@@ -164,7 +165,7 @@ class ElasticExecutor:
             out, self._events = self._events, []
         return out
 
-    def reap(self, workers: list[dict]) -> int:
+    def reap(self, workers: Sequence[WorkerRecord]) -> int:
         """Workers of a previous controller (see WorkersEvent); only a local executor can reach them."""
         return 0
 
@@ -199,8 +200,8 @@ class ElasticExecutor:
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         """Restrict each worker to the job's cores on its node (no cores: leave it alone)."""
 
-    def _worker_record(self, slot: int, pid: int) -> dict:
-        return {"slot": slot, "pid": pid}
+    def _worker_record(self, slot: int, pid: int) -> WorkerRecord:
+        return WorkerRecord(slot, pid)
 
     # ------------------------------------------------------------------ operations
     def _after(self, deps: list[Future], fn: Callable, *args: object) -> Future:

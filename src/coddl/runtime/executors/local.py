@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
 import psutil
 import torch
@@ -21,6 +22,7 @@ import torch
 from coddl.core.cluster import Cluster, GpuType, Node
 from coddl.elastic.pool import WorkerPool
 from coddl.errors import ConfigError
+from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings, local_pin
 from coddl.runtime.isolation import ConfinedLauncher, Isolation
 
@@ -73,24 +75,24 @@ class LocalExecutor(ElasticExecutor):
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         local_pin(pids, cores)
 
-    def _worker_record(self, slot: int, pid: int) -> dict:
+    def _worker_record(self, slot: int, pid: int) -> WorkerRecord:
         try:
             started = psutil.Process(pid).create_time()
         except psutil.Error:
             started = None
-        return {"slot": slot, "pid": pid, "started": started}
+        return WorkerRecord(slot, pid, started)
 
-    def reap(self, workers: list[dict]) -> int:
+    def reap(self, workers: Sequence[WorkerRecord]) -> int:
         """SIGKILL the listed workers that still run: same pid AND same start time, so a recycled pid
         is never touched. Without this, workers of a killed controller could train on (and write a
         checkpoint) next to their own restarted job."""
         killed = 0
         for w in workers:
             try:
-                p = psutil.Process(w["pid"])
-                if w.get("started") is not None and p.create_time() == w["started"]:
-                    os.kill(w["pid"], signal.SIGKILL)
+                p = psutil.Process(w.pid)
+                if w.started is not None and p.create_time() == w.started:
+                    os.kill(w.pid, signal.SIGKILL)
                     killed += 1
-            except (psutil.Error, ProcessLookupError, KeyError):
+            except (psutil.Error, ProcessLookupError):
                 continue
         return killed

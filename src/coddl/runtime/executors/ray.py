@@ -35,6 +35,7 @@ from coddl.elastic.gang import LOOPBACK, free_port
 from coddl.elastic.pool import WorkerHandle
 from coddl.elastic.worker import WorkerSpec
 from coddl.errors import ConfigError
+from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 from coddl.runtime.executors.ray_connect import (DEFAULT_CONNECT_TIMEOUT_S, connect, import_ray, ray_cluster,
                                                  split_address)
@@ -235,8 +236,8 @@ class RayExecutor(ElasticExecutor):
         return RayRendezvous(self._ray, tuple(self._agents), tuple(int(n) for n in c.node_of_gpu),
                              tuple(n.name.rsplit("/", 1)[0] for n in c.nodes))
 
-    def _worker_record(self, slot: int, pid: int) -> dict:
-        return {"slot": slot, "pid": pid, "node": self.cluster.nodes[int(self.cluster.node_of_gpu[slot])].name}
+    def _worker_record(self, slot: int, pid: int) -> WorkerRecord:
+        return WorkerRecord(slot, pid, node=self.cluster.nodes[int(self.cluster.node_of_gpu[slot])].name)
 
     def _pin(self, pids: dict[int, int], cores: tuple[int, ...]) -> None:
         if not cores:

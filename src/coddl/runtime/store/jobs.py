@@ -11,7 +11,7 @@ from sqlalchemy import func, select, update
 from coddl.core.job import JobStatus
 from coddl.runtime.store.connection import MAX_ID, Database, tolerant
 from coddl.runtime.store.schema import AllocationRow, EventRow, JobRow
-from coddl.runtime.store.views import TERMINAL, JobView, job_view
+from coddl.runtime.store.views import TERMINAL, JobView, job_view, worker_records
 
 
 class JobStore(Database):
@@ -57,7 +57,7 @@ class JobStore(Database):
             if statuses:
                 q = q.where(j.status.in_(list(statuses)))
             rows = s.execute(q.order_by(j.id.desc()).limit(limit)).all()
-            return [JobView(*r[:16], tuple(r[16] or ()), tuple(r[17] or ()), r[18] or 0.0) for r in reversed(rows)]
+            return [JobView(*r[:16], tuple(r[16] or ()), worker_records(r[17]), r[18] or 0.0) for r in reversed(rows)]
 
     def request_cancel(self, job_id: int, by: str) -> JobView:
         now = time.time()

@@ -9,6 +9,7 @@ from sqlalchemy import bindparam, delete, select, update
 
 from coddl.core.allocation import Action, ActionKind
 from coddl.core.job import JobStatus
+from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.store.connection import Database
 from coddl.runtime.store.schema import AllocationRow, EventRow, JobRow, SampleRow
 from coddl.runtime.store.views import ProgressUpdate
@@ -46,11 +47,11 @@ class LedgerStore(Database):
             s.add(EventRow(job_id=job_id, at=at, kind="applied", action=action, gpus_after=list(gpus),
                            latency_s=latency_s))
 
-    def record_workers(self, job_id: int, workers: Sequence[dict]) -> None:
+    def record_workers(self, job_id: int, workers: Sequence[WorkerRecord]) -> None:
         with self._w() as s:
             alloc = s.get(AllocationRow, job_id)
             if alloc is not None:
-                alloc.workers = list(workers)
+                alloc.workers = [w.to_dict() for w in workers]
 
     def record_service(self, attained: dict[int, float]) -> None:
         """Each job's attained service (GPU-seconds) as the scheduler has it now; it never goes back."""

@@ -4,8 +4,10 @@ the conversions from the store's rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from coddl.core.job import JobStatus
+from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.store.schema import AllocationRow, EventRow, JobRow, TokenRow
 
 TERMINAL = tuple(s.value for s in JobStatus if s.terminal)
@@ -63,7 +65,7 @@ class JobView:
     resizes: int
     message: str | None
     gpus: tuple[int, ...] = ()
-    workers: tuple[dict, ...] = ()
+    workers: tuple[WorkerRecord, ...] = ()
     attained_service: float = 0.0
 
     @property
@@ -121,8 +123,22 @@ class ProgressUpdate:
 def job_view(r: JobRow, alloc: AllocationRow | None = None) -> JobView:
     return JobView(r.id, r.name, r.owner, r.spec, r.status, r.cancel_requested, r.submitted_at, r.started_at,
                    r.finished_at, r.total_steps, r.steps_done, r.loss, r.steps_per_s, r.share, r.resizes,
-                   r.message, tuple(alloc.gpus) if alloc else (), tuple(alloc.workers or ()) if alloc else (),
+                   r.message, tuple(alloc.gpus) if alloc else (), worker_records(alloc.workers) if alloc else (),
                    r.attained_service or 0.0)
+
+
+def worker_records(stored: Any) -> tuple[WorkerRecord, ...]:
+    """The worker records of an allocation's JSON column; what is not one (a row damaged outside
+    coddl) is left out rather than fail every read of the job."""
+    if not isinstance(stored, list):
+        return ()
+    records = []
+    for d in stored:
+        try:
+            records.append(WorkerRecord.from_dict(d))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return tuple(records)
 
 
 def token_view(r: TokenRow) -> TokenView:
