@@ -164,6 +164,7 @@ class SharedGpus:
         self.on: dict[int, list[Tenant]] = {}  # GPU → its tenants (only GPUs holding someone)
         # per GPU: 1 − the fraction its tenants hold (−1: not a shared GPU), and the memory they hold
         self._room = np.full(cluster.total_gpus, -1.0)
+        self._room_sum = 0.0  # the shared GPUs' room, summed (kept with ``_room``: packing reads it often)
         self._memory = np.zeros(cluster.total_gpus)
         self._count = np.zeros(cluster.total_gpus, dtype=np.int64)  # tenants per GPU
         ntypes = len(cluster.type_names)
@@ -196,6 +197,7 @@ class SharedGpus:
         if not self.on[g]:
             del self.on[g]
             del self._bins[g]
+            self._room_sum -= max(float(self._room[g]), 0.0)
             self._room[g], self._memory[g] = -1.0, 0.0
             self._set_count(g, 0)
             return g
@@ -217,6 +219,7 @@ class SharedGpus:
         """Recompute a GPU's bin, room and memory from its tenants (sums, not running updates: no drift)."""
         b = self._bin(g, int(self._type_of_gpu[g]), self.on[g])
         self._bins[g] = b
+        self._room_sum += max(1.0 - b.used, 0.0) - max(float(self._room[g]), 0.0)
         self._room[g], self._memory[g] = 1.0 - b.used, b.memory
         self._set_count(g, len(b.tenants))
 
@@ -332,31 +335,38 @@ class SharedGpus:
         (every other placed job stays)."""
         if not arriving and not leaving:  # the common step: nothing moves
             return Packing({}, [], [], [], len(self.on))
-        newcomers = sorted((self._typed(self.tenants[j], types) for j in arriving),
-                           key=lambda t: (-t.fraction, t.job_id))
-        gone = set(leaving)
-        room = self._room.copy()
+        tenants = self.tenants
+        newcomers = [self._typed(tenants[j], types) for j in arriving] if types else [tenants[j] for j in arriving]
+        if len(newcomers) > 1:
+            newcomers.sort(key=lambda t: (-t.fraction, t.job_id))
+        total = self._room.size
+        room = np.empty(total + len(newcomers))  # opened GPUs after the real ones
+        room[:total] = self._room
+        room[total:] = -1.0
+        room_sum = self._room_sum  # room on the shared GPUs, as the leavers leave them
         bins: dict[int, Bin] = {}  # GPUs whose tenants change, as they will be
         emptied = []
-        for g in {self.gpu_of[j] for j in leaving}:
-            stay = [t for t in self.on[g] if t.job_id not in gone]
-            if stay:
-                bins[g] = self._bin(g, int(self._type_of_gpu[g]), stay)
-                room[g] = 1.0 - bins[g].used
-            else:
-                emptied.append(g)
-                room[g] = -1.0
+        if leaving:
+            gone = set(leaving)
+            for g in {self.gpu_of[j] for j in leaving}:
+                room_sum -= max(float(room[g]), 0.0)
+                stay = [t for t in self.on[g] if t.job_id not in gone]
+                if stay:
+                    bins[g] = self._bin(g, int(self._type_of_gpu[g]), stay)
+                    room[g] = 1.0 - bins[g].used
+                    room_sum += max(float(room[g]), 0.0)
+                else:
+                    emptied.append(g)
+                    room[g] = -1.0
         at: dict[JobId, int] = {}
         kept = len(self.on) - len(emptied)
         opened: list[Bin] = []
         if free is not None:  # a GPU holds fractions up to 1: fewer GPUs than the fractions need cannot do
-            short = sum(t.fraction for t in newcomers) - float(room[room > 0].sum())
+            short = sum(t.fraction for t in newcomers) - room_sum
             if kept + max(0, math.ceil(short - EPS)) > free:
                 return Packing(at, opened, leaving, emptied, free + 1)
         spare = free - kept if free is not None else 0
         limit = free if free is not None else len(self.on) + len(newcomers)
-        total = room.size
-        room = np.concatenate([room, np.full(len(newcomers), -1.0)])  # opened GPUs after the real ones
         # a GPU that refused a job refuses every job alike (``_signature``) for the rest of this
         # packing: tenants are only added, which leaves less room and more contention; a GPU this
         # packing does not change keeps its refusal for later packings too (``_refused``)
@@ -372,7 +382,8 @@ class SharedGpus:
                     known = self._refused[sig] = np.zeros(total, dtype=bool)
                 no = refused.get(sig)
                 if no is None:
-                    no = refused[sig] = np.concatenate([known, np.zeros(len(newcomers), dtype=bool)])
+                    no = refused[sig] = np.zeros(room.size, dtype=bool)
+                    no[:total] = known
                     for g in bins:  # a GPU whose tenants change in this packing is asked again
                         no[g] = False
                 # best fit: the least room left first, the lowest GPU among equals; almost always
