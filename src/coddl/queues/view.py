@@ -4,6 +4,7 @@ to the job policy without the policy knowing there are other queues."""
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Callable
 
 import numpy as np
 
@@ -20,6 +21,7 @@ class RowsView:
     def __init__(self, parent: JobsView, rows: np.ndarray) -> None:
         self._parent = parent
         self._rows = rows
+        self._memo: dict[str, np.ndarray] = {}
         every = len(rows) == len(parent)  # ascending and distinct: all of them, in order (one queue)
         self.ids = list(parent.ids) if every else [parent.ids[r] for r in rows.tolist()]
         if hasattr(parent, "specs"):
@@ -27,6 +29,13 @@ class RowsView:
 
     def __len__(self) -> int:
         return len(self._rows)
+
+    def memo(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """``JobsView.memo`` for these rows (a view lives for one call of the queue's policy)."""
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = compute()
+        return got
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name in ROW_COLUMNS:
