@@ -164,7 +164,9 @@ class SharedGpus:
         self.on: dict[int, list[Tenant]] = {}  # GPU → its tenants (only GPUs holding someone)
         # per GPU: 1 − the fraction its tenants hold (−1: not a shared GPU), and the memory they hold
         self._room = np.full(cluster.total_gpus, -1.0)
-        self._room_sum = 0.0  # the shared GPUs' room, summed (kept with ``_room``: packing reads it often)
+        # the shared GPUs' room, summed: a running total kept with ``_room`` (packing reads it at every
+        # call); it only bounds a packing from below, with EPS to spare, so rounding in it moves nothing
+        self._room_sum = 0.0
         self._memory = np.zeros(cluster.total_gpus)
         self._count = np.zeros(cluster.total_gpus, dtype=np.int64)  # tenants per GPU
         ntypes = len(cluster.type_names)
