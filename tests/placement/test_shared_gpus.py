@@ -161,6 +161,8 @@ def test_packing_is_stable_and_never_overcommits(jobs, gone) -> None:
     assert {j: sg.gpu_of[j] for j in stay} == {j: before[j] for j in stay}
     assert set(sg.gpu_of) == set(stay)
     assert sg.gpus_used + len(free) == 64
+    # the running total of the shared GPUs' room (packing's lower bound) is their room, summed
+    assert sg._room_sum == pytest.approx(sum(1 - sum(t.fraction for t in g) for g in sg.on.values()), abs=1e-9)
 
 
 class Forgetful(dict):
