@@ -103,15 +103,21 @@ def max_min(ctx: Context) -> list[int]:
     return s
 
 
-def optimus(ctx: Context) -> list[int]:
+def optimus(ctx: Context, start: str = "zero") -> list[int]:
     """§4 Optimus as the CoDDL simulator ran it: from 0 GPUs, one GPU at a time to the job with the
     largest T(k) − T(k+1). T(0) = ∞, so every job gets its first GPUs (its minimum), in
     (first scheduled, arrival) order while they fit, before any job gets one more; then the rest
-    go one at a time by that decrease, ties to the first in that order, until GPUs run out."""
+    go one at a time by that decrease, ties to the first in that order, until GPUs run out.
+    ``start="request"``: §4's other start — every job at its request r_j, brought into its elastic
+    range [min_j, max_j], admitted in the same order while it fits; then the same rounds."""
     jb = Jobs(ctx)
     order = sorted(range(jb.n), key=lambda r: (jb.first_start[r], jb.arrival[r], jb.uid[r]))
-    got = walk(order, jb.lo, ctx.capacity)
-    s = [jb.lo[r] if got[r] else 0 for r in range(jb.n)]
+    if start == "request":
+        first = [min(max(jb.req[r], jb.lo[r]), max(jb.hi[r], jb.lo[r])) for r in range(jb.n)]
+    else:
+        first = jb.lo
+    got = walk(order, first, ctx.capacity)
+    s = [first[r] if got[r] else 0 for r in range(jb.n)]
     free = ctx.capacity - sum(s)
     while free > 0:
         best, gain = None, -math.inf

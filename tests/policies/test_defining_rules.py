@@ -154,3 +154,16 @@ def test_srsf_ties_go_by_arrival_then_submission_order() -> None:
     sched.complete("a", 0.0)
     assert sched.table.ids == ["c", "b"]
     assert dict(zip(sched.table.ids, sched.policy.allocate(sched.context(0.0)).tolist())) == {"c": 0, "b": 1}
+
+
+@pytest.mark.parametrize("policy", ["afs-l", "afs-l:preset=coddl"])
+def test_afs_l_ties_in_t_min_go_by_submission_order(policy: str) -> None:
+    # One GPU, a, b, c submitted together with equal work: equal T(min), so one of them runs and the
+    # tie goes by submission order (ALGORITHMS.md §4: jobs arriving together keep trace order).
+    # a leaves, so c's row moves before b's: b, submitted first, must still win, not the first row.
+    sched = Scheduler(Cluster.for_gpus(1, 8), make_policy(policy), LIN)
+    for jid in ("a", "b", "c"):
+        sched.submit(JobSpec(jid, 0.0, 1, 10.0, "lin", max_gpus=1), 0.0)
+    sched.complete("a", 0.0)
+    assert sched.table.ids == ["c", "b"]
+    assert dict(zip(sched.table.ids, sched.policy.allocate(sched.context(0.0)).tolist())) == {"c": 0, "b": 1}

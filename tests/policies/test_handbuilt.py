@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -123,6 +125,32 @@ def test_optimus_first_marginal_gain_choices() -> None:
     assert decide("optimus", specs, 3, curves) == [2, 1]
     assert decide("optimus", specs, 4, curves) == [2, 2]
     assert decide("optimus", specs, 1, curves) == [1, 0]  # one GPU: the first job in list order
+
+
+def test_optimus_request_start_within_the_elastic_range() -> None:
+    # Nine GPUs, linear curves measured to 4 GPUs (so at most 4 help), T(k) − T(k+1) = W / (k(k+1)).
+    #   A: W = 100, asks for 6: starts at its maximum, 4 (not 6)
+    #   B: W = 20, asks for 1 but needs 2: starts at 2;  its next GPU: 20/6 = 3.3
+    #   C: W = 300, asks for 2, range 1–4: starts at 2;  its next GPU: 300/6 = 50
+    # 8 GPUs at the start; the 9th goes to C: [4, 2, 3].
+    # From zero instead (the coddl preset): 1, 2, 1, then five GPUs by gain: C (150), A (50), C (50:
+    # A is first in list order on the tie, so this one), C (25), A (16.7): [3, 2, 4].
+    specs = [JobSpec("A", 0.0, 6, 100.0, "lin"), JobSpec("B", 0.0, 1, 20.0, "lin", min_gpus=2, max_gpus=3),
+             JobSpec("C", 0.0, 2, 300.0, "lin", min_gpus=1, max_gpus=4)]
+    assert decide("optimus:preset=request", specs, 9, LIN) == [4, 2, 3]
+    assert decide("optimus", specs, 9, LIN) == [3, 2, 4]
+
+
+def test_optimus_decides_without_numpy_warnings_for_a_model_that_needs_two_gpus() -> None:
+    # P(1) = 0: T(0) and T(1) are both ∞, and their difference (nan) is no gain; the decision must
+    # not print a RuntimeWarning per event. 5 GPUs: A (2–4, W = 40) and B (1–4, linear, W = 10)
+    # start at 2 and 1; then A 2→3 (40/2 − 40/3 = 6.7) beats B 1→2 (10 − 5 = 5), and B's 5 beats
+    # A 3→4 (40/3 − 10 = 3.3): [3, 2].
+    curves = CurveTable.from_points({"two": {1: 0.0, 2: 2.0, 3: 3.0, 4: 4.0}, "lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
+    specs = [JobSpec("A", 0.0, 2, 40.0, "two", min_gpus=2), JobSpec("B", 0.0, 1, 10.0, "lin")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert decide("optimus", specs, 5, curves) == [3, 2]
 
 
 # ------------------------------------------------------------------ AFS

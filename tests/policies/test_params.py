@@ -28,10 +28,13 @@ def test_other_presets_and_defaults() -> None:
 
 
 @pytest.mark.parametrize("spec", ["tiresias-l:service=wall", "tiresias-l:queue_order=random",
-                                  "optimus:start=one", "tiresias-g:bootstrap=yarn-gput7.csv"])
+                                  "optimus:start=one", "tiresias-g:bootstrap=yarn-gput7.csv",
+                                  "afs-l:order=random"])
 def test_bad_parameter_values_are_clear_errors(spec: str) -> None:
-    with pytest.raises(PolicySpecError, match=spec.split(":")[1].split("=")[0]):
+    field, value = spec.split(":")[1].split("=")
+    with pytest.raises(PolicySpecError, match=field) as err:
         make_policy(spec)
+    assert repr(value) in str(err.value)  # the message shows what was given
 
 
 def test_elastic_and_rigid_declarations() -> None:

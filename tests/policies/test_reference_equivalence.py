@@ -92,9 +92,10 @@ def test_rigid_baselines_match_the_reference(name: str, backfill: bool) -> None:
     assert run_lockstep(lambda: (make_policy(spec), lambda c: fn(c, backfill), None), range(30), rigid=True) > 200
 
 
-@pytest.mark.parametrize("name", ["max-min", "optimus"])
+@pytest.mark.parametrize("name", ["max-min", "optimus", "optimus:preset=request"])
 def test_elastic_baselines_match_the_reference(name: str) -> None:
-    fn = {"max-min": ref.max_min, "optimus": ref.optimus}[name]
+    fn = {"max-min": ref.max_min, "optimus": ref.optimus,
+          "optimus:preset=request": lambda c: ref.optimus(c, start="request")}[name]
     assert run_lockstep(lambda: (make_policy(name), fn, None), range(30), rigid=False) > 200
 
 

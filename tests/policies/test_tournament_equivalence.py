@@ -118,3 +118,23 @@ def test_afs_l_minimums_first_shortcut_matches_naive() -> None:
         used += 1
         assert pol.allocate(ctx).tolist() == naive_afs_l(ctx), f"seed {seed}"
     assert used >= 40
+
+
+def test_afs_l_doubling_check_includes_exact_doubling_and_ignores_a_stale_cache_entry() -> None:
+    """The shortcut's condition is P(s+1) ≤ 2·P(s) (a gain of exactly 1 still loses to a job at 0
+    GPUs, whose loss is 1): linear curves, which double from 1 to 2 GPUs, take it. The check is
+    cached by the table's id; an entry left by another table that had the same id (freed, its id
+    reused) must not answer for this one."""
+    from coddl.policies import afs_l
+
+    linear = np.array([[0.0, 1.0, 2.0, 3.0, 4.0]])
+    faster = np.array([[0.0, 1.0, 2.5, 3.0, 4.0]])  # 1 → 2 GPUs more than doubles
+    assert afs_l._at_most_doubling(linear) is True
+    assert afs_l._at_most_doubling(faster) is False
+    table = np.array([[0.0, 1.0, 1.5, 2.0]])
+    afs_l._DOUBLING[id(table)] = (faster, False)  # as if `faster` had lived at this address
+    try:
+        assert afs_l._at_most_doubling(table) is True
+        assert afs_l._at_most_doubling(table) is True  # and the fresh answer is what is kept
+    finally:
+        afs_l._DOUBLING.pop(id(table), None)
