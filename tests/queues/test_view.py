@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
+import pytest
 
 from coddl.core import JobSpec
 from coddl.core.table import JobTable
@@ -36,7 +37,12 @@ def test_a_queue_view_answers_every_public_name_of_the_whole_view() -> None:
                                         and n != "by_submission"):
         np.testing.assert_array_equal(getattr(view, name), getattr(parent, name)[rows], err_msg=name)
     assert view.ids == ["j1", "j3", "j4"] and len(view) == 3
+    assert [sp.job_id for sp in view.specs] == ["j1", "j3", "j4"]  # who submitted them: the queue's members
     assert view.by_submission.tolist() == [0, 1, 2]
+    whole = RowsView(parent, np.arange(6))  # one queue: every row
+    assert whole.ids == parent.ids and whole.specs == parent.specs
+    with pytest.raises(AttributeError, match="no_such_column"):  # a policy's typo names itself
+        view.no_such_column  # noqa: B018
 
 
 def test_a_queue_view_memo_is_its_own() -> None:
