@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from coddl.core import Cluster, JobSpec
 from coddl.perf.curves import CurveTable
 from coddl.policies import make_policy
-from coddl.policies.gittins import ServiceDistribution
+from coddl.policies.gittins import ServiceDistribution, bootstrap_samples
 from coddl.scheduler import Scheduler
 from coddl.sim.engine import simulate
 
@@ -112,6 +113,127 @@ def test_gittins_runs_the_job_most_likely_to_finish_next() -> None:
     shares = sched.policy.allocate(sched.context(0.0))
     assert dict(zip(sched.table.ids, shares.tolist())) == {"new": 0, "half": 1, "done": 0}
     assert sched.policy.wakeup(sched.context(0.0)) == pytest.approx(3250.0)  # re-plan while jobs wait
+
+
+def naive_gittins(samples: list[float], delta: float, a: float) -> float:
+    """§4's G(a) = P(S − a ≤ Δ | S > a) / E[min(S − a, Δ) | S > a], sample by sample; 0 where no
+    sample exceeds a."""
+    alive = [x for x in samples if x > a]
+    if not alive:
+        return 0.0
+    p_end = sum(1 for x in alive if x - a <= delta) / len(alive)
+    expected = sum(min(x - a, delta) for x in alive) / len(alive)
+    return p_end / expected
+
+
+def test_gittins_index_matches_a_plain_transcription() -> None:
+    # Random sample sets with repeated values; attained service at 0, at samples, a quantum before
+    # and after them, between them and past the largest — where the index is 0, without warnings.
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        samples = rng.choice([10.0, 50.0, 100.0, 250.0, 400.0, 1000.0], int(rng.integers(1, 12))).tolist()
+        if rng.random() < 0.5:
+            samples += rng.uniform(1, 2000, int(rng.integers(1, 6))).tolist()
+        delta = float(rng.choice([25.0, 100.0, 300.0, 5000.0]))
+        at = sorted({0.0, *samples, *(x - delta for x in samples if x > delta), *(x + delta for x in samples),
+                     *rng.uniform(0, 2500, 5).tolist(), max(samples) + 1.0})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = ServiceDistribution(np.array(samples), delta).index(np.array(at))
+        assert got.tolist() == pytest.approx([naive_gittins(samples, delta, a) for a in at], rel=1e-9, abs=0.0)
+
+
+def gittins_scheduler(spec: str, gpus: int = 1) -> Scheduler:
+    return Scheduler(Cluster.for_gpus(gpus, gpus), make_policy(spec), LIN)
+
+
+_OLD = itertools.count()
+
+
+def finished(sched: Scheduler, *service: float) -> None:
+    """Jobs that finished after receiving ``service`` GPU-seconds each (the distribution learns them)."""
+    for s in service:
+        jid = f"old{next(_OLD)}"
+        sched.submit(JobSpec(jid, 0.0, 1, 1.0, "lin"), 0.0)
+        sched.table.service0[sched.table.row[jid]] = s
+        sched.complete(jid, 0.0)
+
+
+def runs(sched: Scheduler, now: float = 0.0) -> list[str]:
+    shares = sched.policy.allocate(sched.context(now))
+    return [jid for jid, g in zip(sched.table.ids, shares.tolist()) if g]
+
+
+def with_candidates(sched: Scheduler) -> Scheduler:
+    """One GPU; a (submitted first, 0 GPU-s so far) and b (50 GPU-s) both wait for it."""
+    for jid, s in [("a", 0.0), ("b", 50.0)]:
+        sched.submit(JobSpec(jid, 0.0, 1, 1000.0, "lin"), 0.0)
+        sched.table.service0[sched.table.row[jid]] = s
+    return sched
+
+
+# Δ = 100. Learned from {60}: G(0) = 1/60 < G(50) = 1/10: b. From {60, 1000}: G(0) = 1/160 <
+# G(50) = 1/110: b. From {60, 1000, 20}: G(0) = 2/180 > G(50) = 1/110: a. With no samples every
+# index is 0 and the order is FIFO: a.
+def test_gittins_without_samples_is_fifo_and_learns_the_first_finished_job_at_once() -> None:
+    sched = with_candidates(gittins_scheduler("tiresias-g:bootstrap=none+delta=100+relearn_every=3"))
+    assert runs(sched) == ["a"]
+    finished(sched, 60.0)
+    assert runs(sched) == ["b"]  # the first sample is used at once, not after relearn_every
+    finished(sched, 1000.0, 20.0)
+    assert runs(sched) == ["b"]  # 2 new finished jobs < 3: not re-sorted yet
+    finished(sched, 20.0)
+    assert runs(sched) == ["a"]  # the 3rd: {60, 1000, 20, 20}: G(0) = 3/200 > G(50) = 1/110
+
+
+def test_gittins_relearns_after_every_finished_job_when_asked() -> None:
+    sched = with_candidates(gittins_scheduler("tiresias-g:bootstrap=none+delta=100+relearn_every=1"))
+    finished(sched, 60.0, 1000.0)
+    assert runs(sched) == ["b"]
+    finished(sched, 20.0)
+    assert runs(sched) == ["a"]
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_gittins_learns_only_when_asked(learn: bool) -> None:
+    sched = with_candidates(gittins_scheduler(f"tiresias-g:bootstrap=none+delta=100+learn={str(learn).lower()}"))
+    finished(sched, 60.0)
+    assert runs(sched) == (["b"] if learn else ["a"])  # not learning: no samples, FIFO
+
+
+def test_gittins_uses_the_bootstrap_from_the_first_decision() -> None:
+    # Nothing has finished yet; by the bundled YARN samples (Δ = 3,250) a new job is likelier to end
+    # within the next quantum than one that has already received 5,000 GPU-s, which runs under FIFO.
+    samples = bootstrap_samples("yarn-gput1000.csv").tolist()
+    assert naive_gittins(samples, 3250.0, 0.0) > naive_gittins(samples, 3250.0, 5000.0)
+    sched = gittins_scheduler("tiresias-g")
+    for jid, s in [("old", 5000.0), ("new", 0.0)]:
+        sched.submit(JobSpec(jid, 0.0, 1, 1000.0, "lin"), 0.0)
+        sched.table.service0[sched.table.row[jid]] = s
+    assert runs(sched) == ["new"]
+
+
+def test_gittins_wakes_only_while_jobs_wait_and_only_in_the_future() -> None:
+    sched = gittins_scheduler("tiresias-g", gpus=2)
+    assert sched.policy.wakeup(sched.context(0.0)) is None  # nothing decided yet
+    sched.submit(JobSpec("a", 0.0, 1, 1000.0, "lin"), 0.0)
+    runs(sched)
+    assert sched.policy.wakeup(sched.context(0.0)) is None  # every job runs: nothing to re-plan for
+    sched.submit(JobSpec("b", 0.0, 2, 1000.0, "lin"), 0.0)
+    runs(sched)
+    assert sched.policy.wakeup(sched.context(0.0)) == pytest.approx(3250.0)
+    assert sched.policy.wakeup(sched.context(3250.0)) is None  # due now or past: not a future wake-up
+    assert sched.policy.wakeup(sched.context(4000.0)) is None
+
+
+@pytest.mark.parametrize("backfill", [True, False])
+def test_gittins_backfills_only_when_asked(backfill: bool) -> None:
+    # Three GPUs, no samples (FIFO): p (1 GPU) runs, q (3) does not fit, r (1) may take the last free
+    # GPUs only with backfilling.
+    sched = gittins_scheduler(f"tiresias-g:bootstrap=none+backfill={str(backfill).lower()}", gpus=3)
+    for jid, g in [("p", 1), ("q", 3), ("r", 1)]:
+        sched.submit(JobSpec(jid, 0.0, g, 1000.0, "lin"), 0.0)
+    assert runs(sched) == (["p", "r"] if backfill else ["p"])
 
 
 # ------------------------------------------------------------------ Optimus

@@ -5,6 +5,8 @@ out by hand in the comments (curve P(k) = k iterations/s)."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -187,3 +189,87 @@ def test_a_growth_is_unprofitable_when_it_saves_no_more_than_the_cost() -> None:
     assert judged(A=4) == ["A"]  # T(4) = 208 s: saves 42 s
     assert judged(C=8, D=8) == []  # C resizes for free; D starts
     assert judged(A=1, B=1) == []  # a shrink is the policy's to decide
+
+
+def judge(s: Scheduler, **gpus: int) -> tuple[list[str], list[str]]:
+    """(held before the policy runs, growths in ``gpus`` judged unprofitable), as job ids."""
+    ctx = s.context(0.0)
+    g = ctx.jobs.share.copy()
+    for j, k in gpus.items():
+        g[s.table.row[j]] = k
+    return ([ctx.jobs.ids[r] for r in restarts.hopeless(ctx)],
+            sorted(ctx.jobs.ids[r] for r in restarts.unprofitable(ctx, g)))
+
+
+def fifo_running(curves: CurveTable, gpus: int, *specs: JobSpec, costs: dict[str, float]) -> Scheduler:
+    s = Scheduler(Cluster.for_gpus(gpus, gpus), make_policy("fifo"), curves)
+    for spec in specs:
+        s.submit(spec, 0.0)
+    s.step(0.0)
+    for j, cost in costs.items():
+        s.set_resize_cost(j, cost)
+    return s
+
+
+def test_a_job_that_resizes_for_free_is_neither_held_nor_judged_even_when_growth_slows_it() -> None:
+    # E on the peak curve at 2 GPUs, its fastest: 3 or 4 GPUs would slow it. It resizes in place
+    # (cost 0), so whether to grow it is the policy's alone.
+    s = fifo_running(PEAK, 8, JobSpec("E", 0.0, 2, 500.0, "peak", 1, 4), costs={"E": 0.0})
+    assert judge(s, E=3) == ([], [])
+
+
+def test_a_sub_second_cost_still_has_to_be_paid_for() -> None:
+    # F (linear, 1 of up to 2 GPUs) has 0.5 iterations left: T(1) = 0.5 s, T(2) = 0.25 s. A resize
+    # costing 0.5 s (say, a regroup that reloads state) saves 0.25 s: not worth it.
+    s = fifo_running(LIN, 4, JobSpec("F", 0.0, 1, 0.5, "lin", 1, 2), costs={"F": 0.5})
+    assert judge(s, F=2) == (["F"], ["F"])
+    s.set_resize_cost("F", 0.2)  # now the 0.25 s saved is more than the cost
+    assert judge(s, F=2) == ([], [])
+
+
+def test_the_hold_looks_only_at_counts_up_to_the_jobs_own_maximum() -> None:
+    # G (linear to 8 GPUs, but its maximum is 2) on 1 GPU, W = 150: T(1) = 150 s, T(2) = 75 s:
+    # saves 75 s ≤ 100 s. That 8 GPUs would save 131 s does not count: it may not have them.
+    s = fifo_running(CURVES, 8, JobSpec("G", 0.0, 1, 150.0, "lin", 1, 2), costs={"G": COST})
+    assert judge(s)[0] == ["G"]
+
+
+def test_the_hold_reads_a_faster_job_at_its_corrected_speed() -> None:
+    # A (peak curve) at twice its curve's speed, W = 500: T(1) = 250 s, on 2 GPUs 125 s: saves
+    # 125 s > 100 s, so it is not held (at half its curve's speed it would save 250 s; read at
+    # the curve's own speed, 125 s too — only a speed read the wrong way round sees no saving).
+    s = running(500.0)
+    s.set_speed("A", 2.0)
+    assert judge(s)[0] == []
+
+
+SLOW = CurveTable.from_points({"slow": {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4}})  # under 1 iteration/s
+
+
+def test_the_hold_on_a_slow_model_and_at_the_end_of_its_measured_curve() -> None:
+    # 8 GPUs, a model measured to 4 GPUs at 0.1 iterations/s per GPU, restart cost 100 s.
+    #   H on 1 of up to 2, W = 15: T(1) = 150 s, T(2) = 75 s: saves 75 s: held.
+    #   K on 4 of up to 8 (its own maximum is past the curve, which is flat beyond 4), W = 100:
+    #   no count it may grow to is faster: held (T(4) = 250 s whatever it gets).
+    s = fifo_running(SLOW, 8, JobSpec("H", 0.0, 1, 15.0, "slow", 1, 2), JobSpec("K", 0.0, 4, 100.0, "slow", 1, 8),
+                     costs={"H": COST, "K": COST})
+    assert int(s.table.max_gpus[s.table.row["K"]]) == 8
+    assert judge(s, H=2, K=8) == (["H", "K"], ["H", "K"])
+    s.set_resize_cost("H", 50.0)  # H's growth now pays
+    assert judge(s, H=2) == (["K"], [])
+
+
+def test_a_job_that_makes_no_progress_is_held_and_a_waiting_one_is_not_judged() -> None:
+    # 4 GPUs under FIFO: Z (1 of up to 4) and Y (3) run, D (4) waits; Z and D run at speed 0 (no
+    # progress on any count) and cost 100 s to resize. Growing Z saves nothing (∞ − ∞: no gain):
+    # held, and its growth is unprofitable. D is not running: a start is not a resize, whatever
+    # its speed. No numpy warning is printed on the way.
+    s = fifo_running(LIN, 4, JobSpec("Z", 0.0, 1, 100.0, "lin", 1, 4), JobSpec("Y", 0.0, 3, 100.0, "lin", 3, 3),
+                     JobSpec("D", 0.0, 4, 100.0, "lin", 4, 4), costs={"Z": COST, "D": COST})
+    assert shares(s) == {"Z": 1, "Y": 3, "D": 0}
+    s.set_speed("Z", 0.0)
+    s.set_speed("D", 0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert judge(s, Z=2) == (["Z"], ["Z"])
+        assert judge(s, D=4) == (["Z"], [])
