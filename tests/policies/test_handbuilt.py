@@ -263,6 +263,17 @@ def test_optimus_request_start_within_the_elastic_range() -> None:
     assert decide("optimus", specs, 9, LIN) == [3, 2, 4]
 
 
+def test_optimus_hands_out_every_gpu_beside_a_job_that_makes_no_progress() -> None:
+    # 8 GPUs, three linear jobs with W = 100 on 1 GPU each; A runs at speed 0 (T = ∞ on any count:
+    # its next GPU's gain is ∞ − ∞, no value). B and C share the other 5 by gain, B first on ties:
+    # 1→2: 50, 50; 2→3: 16.7, 16.7; 3→4: 8.3 → B 4, C 3. A keeps its 1: [1, 4, 3], all 8 handed out.
+    sched = Scheduler(Cluster.for_gpus(8, 8), make_policy("optimus"), LIN)
+    for jid in "ABC":
+        sched.submit(JobSpec(jid, 0.0, 1, 100.0, "lin"), 0.0)
+    sched.set_speed("A", 0.0)
+    assert sched.policy.allocate(sched.context(0.0)).tolist() == [1, 4, 3]
+
+
 def test_optimus_decides_without_numpy_warnings_for_a_model_that_needs_two_gpus() -> None:
     # P(1) = 0: T(0) and T(1) are both ∞, and their difference (nan) is no gain; the decision must
     # not print a RuntimeWarning per event. 5 GPUs: A (2–4, W = 40) and B (1–4, linear, W = 10)

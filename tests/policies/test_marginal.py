@@ -14,10 +14,11 @@ from coddl.policies.marginal import greedy_ladder
 
 
 def rounds(values: np.ndarray, start: np.ndarray, hi: np.ndarray, budget: int, rank: np.ndarray) -> list[int]:
-    """+1 GPU per round to the row with the largest current value, ties to the smallest rank."""
+    """+1 GPU per round to the row with the largest current value, ties to the smallest rank; a
+    NaN value (no value) is never the largest, so its row takes no step there."""
     s = start.tolist()
     for _ in range(budget):
-        cands = [r for r in range(len(s)) if s[r] < hi[r]]
+        cands = [r for r in range(len(s)) if s[r] < hi[r] and not math.isnan(values[r, s[r]])]
         if not cands:
             break
         best = max(cands, key=lambda r: (values[r, s[r]], -rank[r]))
@@ -32,12 +33,24 @@ def test_greedy_ladder_matches_rounds_with_ties_and_bumps() -> None:
         values = rng.integers(0, 5, (n, width)).astype(float)  # few distinct values: many ties
         if rng.random() < 0.5:
             values = -np.sort(-values, axis=1)  # the usual case: decreasing marginal value
+        if rng.random() < 0.25:
+            values[rng.random(values.shape) < 0.15] = np.nan  # no value: ∞ − ∞
         start = rng.integers(0, width, n)
         hi = np.minimum(width, start + rng.integers(0, width + 1, n))
         rank = rng.permutation(n)
         budget = int(rng.integers(0, n * width + 2))
-        got = greedy_ladder(values, start, hi, budget, rank).tolist()
-        assert got == rounds(values, start, hi, budget, rank)
+        got = greedy_ladder(values, start.astype(np.int32), hi, budget, rank)
+        assert got.dtype == np.int64  # GPU counts, whatever integer type the start came in
+        assert got.tolist() == rounds(values, start, hi, budget, rank)
+
+
+def test_a_row_without_values_does_not_keep_the_others_from_the_budget() -> None:
+    # Row 0 has no value on any step (NaN); rows 1 and 2 take the 3 GPUs by value: 5, 4, 3.
+    values = np.array([[np.nan, np.nan, np.nan], [5.0, 3.0, 1.0], [4.0, 2.0, 1.0]])
+    start, hi, rank = np.array([1, 1, 1]), np.array([3, 3, 3]), np.array([0, 1, 2])
+    assert greedy_ladder(values, np.array([0, 0, 0]), hi, 3, rank).tolist() == [0, 2, 1]
+    assert greedy_ladder(values, np.array([0, 0, 0]), hi, 9, rank).tolist() == [0, 3, 3]
+    assert greedy_ladder(values, start, hi, 2, rank).tolist() == [1, 2, 2]
 
 
 def naive_optimus(ctx) -> list[int]:

@@ -29,8 +29,11 @@ def greedy_ladder(values: np.ndarray, start: np.ndarray, hi: np.ndarray, budget:
         return share
     level = np.arange(width)
     valid = (level >= start[:, None]) & (level < np.minimum(hi, width)[:, None])
+    # A step without a value (NaN: Optimus's ∞ − ∞ for a job that makes no progress either way) is
+    # never the largest on offer, so its row stops there; the other rows still share the budget.
+    valid &= ~np.logical_or.accumulate(valid & np.isnan(values), axis=1)
     if int(valid.sum()) <= budget:
-        return np.maximum(share, np.minimum(hi, width))
+        return share + valid.sum(axis=1)
     run = np.minimum.accumulate(np.where(valid, values, np.inf), axis=1)
     rows, cols = np.nonzero(valid)
     m = run[rows, cols]
