@@ -11,6 +11,7 @@ import pytest
 from coddl.core import Cluster, JobSpec
 from coddl.perf.curves import CurveTable
 from coddl.policies import make_policy
+from coddl.policies.book import JobBook
 from coddl.policies.gittins import ServiceDistribution, bootstrap_samples
 from coddl.scheduler import Scheduler
 from coddl.sim.engine import simulate
@@ -476,3 +477,17 @@ def test_tiresias_promotes_a_job_preempted_while_already_starved_at_once() -> No
     # no job is dropped and given back its GPUs at the same instant
     changes = [(t, jid) for t, jid, _ in res.timeline]
     assert len(changes) == len(set(changes))
+
+
+# ------------------------------------------------------------------ JobBook (per-job memory of a policy)
+def test_job_book_remembers_stored_jobs_and_defaults_the_rest() -> None:
+    book = JobBook(queue=0.0, since=-1.0)
+    empty = book.lookup(np.array([5, 3]), since=np.array([50.0, 30.0]))  # defaults given here win
+    assert empty["queue"].tolist() == [0.0, 0.0] and empty["since"].tolist() == [50.0, 30.0]
+    book.store(np.array([7, 3]), queue=np.array([2, 1]), since=np.array([10.0, 20.0]))
+    got = book.lookup(np.array([3, 9, 7, 1]), since=np.array([99.0, 98.0, 97.0, 96.0]))
+    assert got["queue"].tolist() == [1.0, 0.0, 2.0, 0.0]  # 9 and 1: not in the book
+    assert got["since"].tolist() == [20.0, 98.0, 10.0, 96.0]
+    assert book.lookup(np.array([9]))["since"].tolist() == [-1.0]  # no default given: the book's own
+    book.store(np.array([9]), queue=np.array([4.0]), since=np.array([1.0]))  # 3 and 7 are forgotten
+    assert book.lookup(np.array([3, 9]))["queue"].tolist() == [0.0, 4.0]
