@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean mutation
+.PHONY: demo test test-fast test-gpu bench clean mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PYTEST) -m "not slow and not alone"
 	$(PYTEST_ALONE) -m "alone and not slow"
+
+# The CUDA paths (tests/gpu; they skip without a GPU, so CI runs them as skips only).
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -v -p no:cacheprovider -rA tests/gpu
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sim_speed.py

@@ -49,9 +49,14 @@ def node_facts() -> NodeFacts:
                      cores=len(os.sched_getaffinity(0)), memory_gb=round(psutil.virtual_memory().total / 2**30, 1))
 
 
-def ready() -> None:
-    """Import what a rank needs: most of a rank's start-up (torch, 1.7 s of CPU on the testbed's machine)."""
+def ready() -> int:
+    """Import what a rank needs: most of a rank's start-up (torch, 1.7 s of CPU on the testbed's machine).
+    Returns the node's CUDA device count, read through NVML (``torch.cuda.device_count``) so that this
+    process, which forks the node's other ranks, does not initialise CUDA before it forks them."""
+    import torch
     import torch.distributed  # noqa: F401
+
+    return torch.cuda.device_count()
 
 
 def rank_device(local: int, devices: int) -> int:

@@ -161,7 +161,9 @@ def inspect_local(slots: int = 2, sizes: tuple[int, ...] = DEFAULT_SIZES, reps: 
         with mp.get_context("spawn").Pool(1) as pool:
             started = pool.apply_async(ready)
             import coddl.perf.linkfit  # noqa: F401 - scipy for the fit, imported while the ranks start
-            started.get(timeout=300)
+            devices = started.get(timeout=300)
+            if 0 < devices < slots:  # NCCL refuses two ranks of a communicator on one GPU
+                raise ConfigError(f"--gpus {slots}: this host has {devices} GPUs")
             phases.mark("ranks up")
             job = pool.apply_async(run_node, (list(range(len(ranks))), len(ranks),
                                               ("127.0.0.1", store.port, store.authkey), groups, list(sizes), reps))
