@@ -23,7 +23,7 @@ from coddl.elastic.data import Position, SampleOrder
 from coddl.elastic.job import ElasticJob, JobConfig, JobPhase
 from coddl.elastic.pool import ColdLauncher, WorkerPool
 from coddl.elastic.protocol import Progress
-from coddl.elastic.inspection import INSPECT_STEPS, INSPECT_WARMUP
+from coddl.elastic.inspection import INSPECT_SPLITS, INSPECT_STEPS, INSPECT_WARMUP
 
 pytestmark = pytest.mark.slow
 
@@ -253,14 +253,16 @@ def test_inspection_keeps_every_sample_once_and_the_same_updates(tmp_path: Path,
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.allclose(timed["optimizer"]["state"][k][key], s[key], rtol=1e-4, atol=1e-9), (k, key)
 
-    # rank 0 timed its local batch (24 on 2 workers, 16 on 3) whole and as halves and quarters, in
-    # the inspected steps after the warm-up
+    # rank 0 timed its local batch (24 on 2 workers, 16 on 3) whole and as halves, quarters and
+    # sixteenths, in the inspected steps after the warm-up
     assert inspection is not None and inspection.global_batch == GLOBAL_BATCH and inspection.local_batch is None
     params = 16 * 32 + 32 + 32 + 1
     assert inspection.param_bytes == 4 * params
     sizes = {b for b, _ in inspection.timings}
-    assert {24, 12, 6} <= sizes <= {24, 12, 6, 16, 8, 4}
-    assert len(inspection.timings) == sum(1 << (s % 3) for s in range(INSPECT_STEPS - INSPECT_WARMUP))
+    assert {24, 12, 6} <= sizes <= {24, 12, 6, 16, 8, 4, 2, 1} and sizes & {2, 1}
+    # a local batch of 16 or more splits into as many micro-batches as asked: 1 + 2 + 4 + 16 per round
+    assert len(inspection.timings) == sum(INSPECT_SPLITS[s % len(INSPECT_SPLITS)]
+                                          for s in range(INSPECT_STEPS - INSPECT_WARMUP))
     # each timed batch slept STEP_SLEEP (10 ms) inside its forward and backward pass
     assert all(0.01 <= s < 5 for _, s in inspection.timings) and inspection.step_overhead_s >= 0
 

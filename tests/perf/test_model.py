@@ -245,11 +245,12 @@ def _guarantees(est: Estimator, j: JobModel, shape: list[int], b: float) -> None
 
 @settings(max_examples=200, deadline=None)
 @given(theta=thetas, fabric=fabrics, shape=shapes, b=st.floats(0.5, 4096.0), t_ref=st.floats(1e-4, 100.0),
-       b_ref=st.floats(0.5, 4096.0), nbytes=st.floats(0.0, 1e10))
+       b_ref=st.floats(0.5, 4096.0), nbytes=st.floats(0.0, 1e10),
+       t_floor=st.one_of(st.just(0.0), st.floats(1e-5, 100.0)))
 def test_no_profile_predicts_super_linear_negative_or_non_finite_throughput(theta, fabric, shape, b, t_ref, b_ref,
-                                                                          nbytes):
+                                                                          nbytes, t_floor):
     prior = Prior()
-    j = JobModel("m", nbytes, t_ref, b_ref, np.array(theta), prior.cov, prior)
+    j = JobModel("m", nbytes, t_ref, b_ref, np.array(theta), prior.cov, prior, t_floor=t_floor)
     _guarantees(Estimator(fabric), j, shape, b)
     # strong scaling: the global batch b·k split over k GPUs is never more than k× one GPU's pace
     k = sum(shape)

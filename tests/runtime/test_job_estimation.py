@@ -41,13 +41,15 @@ def test_an_unnamed_job_is_profiled_corrected_replanned_and_keeps_its_profile(se
     r = server.admin.get(f"/jobs/{job_id}/profile")
     assert r.status_code == 404 and "no profile yet" in r.json()["detail"]
 
-    # the first steps' report becomes its profile: one-GPU rows at its local batch 16 and its halves
+    # the first steps' report becomes its profile: one-GPU rows at its local batch 16, its half, its
+    # quarter and its sixteenth
     profile = wait_for(lambda: profile_of(server, job_id), 120, "the job's profile")
     rows = ProfileTable.build(profile["profile"])
-    assert sorted(rows.local_batch) == [4.0, 8.0, 16.0] and set(rows.gpus) == {1}
+    assert sorted(rows.local_batch) == [1.0, 4.0, 8.0, 16.0] and set(rows.gpus) == {1}
     assert set(rows.param_bytes) == {4.0 * (PARAMS + 17)} and profile["global_batch"] == 32
     # sleeping 5 ms per sample: the step at 16 samples takes 60 ms longer than at 4
-    assert 1 / rows.iterations_per_s[2] - 1 / rows.iterations_per_s[0] == pytest.approx(0.060, abs=0.03)
+    step = dict(zip(rows.local_batch.tolist(), (1 / rows.iterations_per_s).tolist()))
+    assert step[16.0] - step[4.0] == pytest.approx(0.060, abs=0.03)
 
     # the curve it is planned on is the estimator's for this cluster, from those rows and its belief
     b = profile["belief"]

@@ -1,7 +1,7 @@
 """Job inspection (CODDL_INSPECT=1, set by the controller for a job it has no profile of): after
 ``INSPECT_WARMUP`` steps (the first steps of a fresh process run slow: allocations, caches, the
-other ranks still starting), each rank hands its local batch out as 1, 2 or 4 micro-batches in
-turn for ``INSPECT_ROUNDS`` rounds, and the script's forward and backward pass over each is timed
+other ranks still starting), each rank hands its local batch out as 1, 2, 4 or 16 micro-batches
+in turn for ``INSPECT_ROUNDS`` rounds, and the script's forward and backward pass over each is timed
 (from the batch handed out to ``step()``). ``step()`` on a micro-batch that is not the step's last keeps its gradient, weighted by
 its share of the global batch, and applies nothing; the step's last one adds them up, all-reduces
 and updates once. Every sample is trained on exactly once and the update is the one the whole local
@@ -19,11 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from coddl.elastic.protocol import INSPECTION_KEY, Inspection, WorkerEnv
+from coddl.elastic.protocol import INSPECTION_KEY, MAX_TIMINGS, Inspection, WorkerEnv
 from coddl.elastic.rank import RankState
 from coddl.elastic.replicas import gradient_buckets
 
-INSPECT_SPLITS = (1, 2, 4)  # micro-batches per step while inspecting, in turn: local batches b, b/2, b/4
+# micro-batches per step while inspecting, in turn: local batches b, b/2, b/4 and b/16. The last one is
+# what the job will run at on many GPUs, where a GPU's step stops shrinking with the batch (its
+# floor: perf/jobmodel.py); b/4 alone would not see it, and a line through the larger ones would
+# price 16 GPUs up to twice too fast.
+INSPECT_SPLITS = (1, 2, 4, 16)
 INSPECT_ROUNDS = 3  # each split this many times (the median counts)
 INSPECT_WARMUP = 10  # whole steps before the timed ones
 INSPECT_STEPS = INSPECT_WARMUP + len(INSPECT_SPLITS) * INSPECT_ROUNDS  # the job's inspected steps end here
@@ -78,6 +82,6 @@ class Inspecting(RankState):
         if self._rank != 0 or probe is None or not probe.timings or self._rule is None:
             return
         param_bytes = sum(p.numel() * p.element_size() for p in self._model.parameters() if p.requires_grad)
-        report = Inspection(int(param_bytes), tuple(probe.timings[-64:]), float(np.median(probe.overheads)),
+        report = Inspection(int(param_bytes), tuple(probe.timings[-MAX_TIMINGS:]), float(np.median(probe.overheads)),
                             self._rule.global_batch, self._rule.local_batch)
         self._store.set(INSPECTION_KEY, report.dumps())

@@ -165,7 +165,7 @@ def fit_fabric(table: ProfileTable, jobs: Sequence[str] | None = None, algorithm
                 continue
             a, dlog = comm_base(r, x, w, dw)
             log_t, g, c, _, t, dlogc = step_model(model.t_ref, model.b_ref, r.rows.local_batch, r.rows.compute_share,
-                                                  a, th, grad=True)
+                                                  a, th, grad=True, floor=model.t_floor)
             dlogt_dx = g[:, 1:2] * dlog  # ∂log T/∂log S = ∂log T/∂log η
             jb = np.zeros((len(a), width))
             jb[:, :NF] = dlogt_dx / noise.noise
@@ -204,11 +204,12 @@ def fit_fabric(table: ProfileTable, jobs: Sequence[str] | None = None, algorithm
     for j, (model, r) in enumerate(zip(models, multi)):
         th = x[NF + NP * j: NF + NP + NP * j].copy()
         fitted[model.name] = JobModel(model.name, model.param_bytes, model.t_ref, model.b_ref, th, model.cov,
-                                      model.prior, model.gpu_type)
+                                      model.prior, model.gpu_type, t_floor=model.t_floor)
         if len(r.rows):
             base = fabric.allreduce_seconds(r.rows.param_bytes, r.rows.gpus, r.rows.nodes, r.rows.max_per_node,
                                             r.rows.compute_share)
-            log_t, = step_model(model.t_ref, model.b_ref, r.rows.local_batch, r.rows.compute_share, base, th)
+            log_t, = step_model(model.t_ref, model.b_ref, r.rows.local_batch, r.rows.compute_share, base, th,
+                                floor=model.t_floor)
             errs.append(log_t - r.log_s)
     if anchored:
         c = coll.rows
@@ -258,7 +259,7 @@ def population(table: ProfileTable, algorithm: Algorithm | None = None, fit: Fab
             fitted = one_gpu_model(rows, WEAK).updated(steps.take(part))
             out = ~part
             log_t, _, c, _, t, _ = step_model(job.t_ref, job.b_ref, steps.local_batch[out], steps.speed[out],
-                                              steps.comm_base[out], fitted.theta, grad=True)
+                                              steps.comm_base[out], fitted.theta, grad=True, floor=job.t_floor)
             held.append(log_t - np.log(steps.seconds[out]))
             timed = np.isfinite(steps.comm_s[out])
             if timed.any():

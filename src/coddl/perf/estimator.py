@@ -92,12 +92,14 @@ class JobBatch:
     theta: np.ndarray  # (J, NP)
     cov: np.ndarray  # (J, NP, NP)
     noise: np.ndarray
+    t_floor: np.ndarray
 
     @staticmethod
     def of(jobs: Sequence[JobModel]) -> "JobBatch":
         return JobBatch(np.array([j.t_ref for j in jobs]), np.array([j.b_ref for j in jobs]),
                         np.array([j.param_bytes for j in jobs]), np.array([j.theta for j in jobs]).reshape(-1, NP),
-                        np.array([j.cov for j in jobs]).reshape(-1, NP, NP), np.array([j.prior.noise for j in jobs]))
+                        np.array([j.cov for j in jobs]).reshape(-1, NP, NP), np.array([j.prior.noise for j in jobs]),
+                        np.array([j.t_floor for j in jobs]))
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,13 @@ class Estimator:
         speed = np.asarray(speed, dtype=float) * share
         theta = jobs.theta[i]
         if not uncertainty:
-            log_t, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta)
+            log_t, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta,
+                                floor=jobs.t_floor[i])
             rate = np.exp(-log_t)
             z = np.zeros_like(rate)
             return Prediction(rate, rate, rate, z, z, z)
         log_t, g, c, s, _, _ = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base, theta,
-                                          grad=True)
+                                          grad=True, floor=jobs.t_floor[i])
         # The parameters' part of the interval: log T at θ ± z·Σg/√(gᵀΣg), the points where the
         # linearised log T is ±z standard deviations, kept within the parameters' bounds. Far from
         # the profiled batch the model is far from linear in f, and this stays finite and honest
@@ -153,9 +156,9 @@ class Estimator:
         lin_sd = np.sqrt(np.maximum(np.einsum("ni,ni->n", g, sg), 1e-300))
         shift = Z90 * sg / lin_sd[:, None]
         up, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base,
-                         np.clip(theta + shift, THETA_LOWER, THETA_UPPER))
+                         np.clip(theta + shift, THETA_LOWER, THETA_UPPER), floor=jobs.t_floor[i])
         down, = step_model(jobs.t_ref[i], jobs.b_ref[i], local_batch, speed, comm_base,
-                           np.clip(theta - shift, THETA_LOWER, THETA_UPPER))
+                           np.clip(theta - shift, THETA_LOWER, THETA_UPPER), floor=jobs.t_floor[i])
         noise = Z90 * jobs.noise[i]
         slower = np.sqrt(np.maximum(up - log_t, 0.0) ** 2 + noise**2)
         faster = np.sqrt(np.maximum(log_t - down, 0.0) ** 2 + noise**2)

@@ -1,7 +1,7 @@
 """A job's one-GPU profile from its own first steps (CoDDL's step 2: inspection of the job).
 
 A job run with inspection times the forward and backward pass of its first steps at its local
-batch b and at b/2 and b/4 (the same samples as micro-batches, see ``coddl.elastic.inspection``) and
+batch b and at b/2, b/4 and b/16 (the same samples as micro-batches, see ``coddl.elastic.inspection``) and
 the per-step cost outside them (flattening gradients, the optimizer's update). One GPU would take
 
     step(m) = median compute seconds at local batch m + median step overhead

@@ -2,13 +2,23 @@
 
 One iteration of job j at local batch b on a placement of k GPUs costs
 
-    compute        C = t_ref · (f + (1 − f) · b / b_ref) / speed
+    compute        C = max(t_ref · (f + (1 − f) · b / b_ref), t_floor) / speed
     communication  S = η · A(bytes, placement)                  (A: the cluster's fabric)
     iteration      T = (C^γ + S^γ)^(1/γ)                        (γ ≥ 1: overlap)
 
 ``t_ref`` is the one-GPU step time at the profiled batch ``b_ref``; it is fixed by the job's
 one-GPU profile and never corrected, so no estimate is ever faster than linear scaling of what the
 job measured on one GPU: T ≥ C, and C shrinks at most in proportion to the local batch (f ≥ 0).
+
+``t_floor`` is the device's floor for this job: below some local batch a GPU's step stops getting
+faster, because the kernels no longer fill the device (launches and synchronisation set the pace).
+On an H100 a ResNet-18 step takes 12–13 ms at every local batch from 1 to 32 and grows linearly
+only above 64 (``benchmarks/gpu_compute_curve.py``); a line through the steps at 256, 128 and 64
+would put 16 samples at 6 ms, half the measured time, and so price 16 GPUs twice too fast. The
+floor is measured, never guessed: it is set only where the job's one-GPU steps at the smallest
+batches are slower than the line through its larger ones by more than three times the one-GPU
+measurement noise (``compute_floor``), and is 0 otherwise — on a CPU, whose step shrinks with the
+batch, no floor is seen and the affine term stands alone.
 The uncertain parameters θ = (f, log η, ρ) are
 
 * f, the fixed share of a step that does not shrink with the local batch (kernel launches,
@@ -52,6 +62,9 @@ NP = len(PARAMS)
 THETA_LOWER = np.array([0.0, -12.0, 0.0])
 THETA_UPPER = np.array([0.99, 12.0, 0.99])
 LN2 = math.log(2.0)
+# How far (in one-GPU measurement noise) a small batch's step must sit above the line through the
+# larger ones to count as the device's floor: three standard deviations, so noise alone rarely does.
+FLOOR_SIGMAS = 3.0
 
 
 def gamma_of(rho: np.ndarray | float) -> np.ndarray:
@@ -151,11 +164,14 @@ class JobModel:
     prior: Prior = field(default_factory=Prior)
     gpu_type: str = ""
     measured: int = 0  # multi-GPU steps folded in so far
+    t_floor: float = 0.0  # one-GPU seconds no step goes below, however small its batch (0: none seen)
 
     def __post_init__(self) -> None:
         if not (self.t_ref > 0 and math.isfinite(self.t_ref)) or not (self.b_ref > 0 and math.isfinite(self.b_ref)):
             raise ValueError(f"{self.name}: one-GPU step time and batch must be positive, got "
                              f"{self.t_ref} s at batch {self.b_ref}")
+        if not (self.t_floor >= 0 and math.isfinite(self.t_floor)):
+            raise ValueError(f"{self.name}: the compute floor must be a non-negative time, got {self.t_floor}")
         if self.param_bytes < 0 or not math.isfinite(self.param_bytes):
             raise ValueError(f"{self.name}: param_bytes must be non-negative, got {self.param_bytes}")
         if np.shape(self.theta) != (NP,) or np.shape(self.cov) != (NP, NP):
@@ -175,26 +191,31 @@ class JobModel:
 
     def compute_seconds(self, local_batch: np.ndarray | float) -> np.ndarray:
         f = self.fixed_share
-        return self.t_ref * (f + (1.0 - f) * np.asarray(local_batch, dtype=float) / self.b_ref)
+        return np.maximum(self.t_ref * (f + (1.0 - f) * np.asarray(local_batch, dtype=float) / self.b_ref),
+                          self.t_floor)
 
     @staticmethod
     def from_one_gpu(name: str, param_bytes: float, local_batch: np.ndarray, seconds: np.ndarray,
                      prior: Prior | None = None, gpu_type: str = "") -> "JobModel":
-        """The job as its one-GPU inspection leaves it: ``t_ref`` at the geometric-mean batch
-        from an affine fit, f from the batch dependence (or the prior), η and ρ from the prior."""
+        """The job as its one-GPU inspection leaves it: the device's floor where its smallest batches
+        show one (``compute_floor``), ``t_ref`` at the geometric-mean batch of the others from an
+        affine fit, f from their batch dependence (or the prior), η and ρ from the prior."""
         prior = prior or Prior()
         b = np.asarray(local_batch, dtype=float)
         t = np.asarray(seconds, dtype=float)
         if b.size == 0 or not (np.all(b > 0) and np.all(np.isfinite(t)) and np.all(t > 0)):
             raise ValueError(f"{name}: a job model needs at least one one-GPU step with a positive batch and time")
-        b_ref = float(np.exp(np.mean(np.log(b))))
-        if np.unique(b).size >= 2:
-            alpha, beta = affine_fit(b, t)
+        knee, t_floor = compute_floor(b, t, prior.one_gpu_noise)
+        above = b > knee
+        b_line, t_line = b[above], t[above]
+        b_ref = float(np.exp(np.mean(np.log(b_line))))
+        if np.unique(b_line).size >= 2:
+            alpha, beta = affine_fit(b_line, t_line)
             t_ref = alpha + beta * b_ref
         else:
-            t_ref = float(np.exp(np.mean(np.log(t))))
+            t_ref = float(np.exp(np.mean(np.log(t_line))))
         job = JobModel(name, float(param_bytes), float(t_ref), b_ref, np.array(prior.mean, dtype=float),
-                       prior.cov.copy(), prior, gpu_type)
+                       prior.cov.copy(), prior, gpu_type, t_floor=t_floor)
         return job.updated(Steps(b, np.zeros_like(b), t, np.full_like(b, np.nan)), count=False)
 
     def updated(self, steps: Steps, count: bool = True) -> "JobModel":
@@ -205,6 +226,28 @@ class JobModel:
         theta, cov = map_fit(self, steps)
         return replace(self, theta=theta, cov=cov,
                        measured=self.measured + (int(np.count_nonzero(steps.distributed)) if count else 0))
+
+
+def compute_floor(b: np.ndarray, t: np.ndarray, noise: float) -> tuple[float, float]:
+    """(the largest batch on the device's floor, the floor's seconds) from one-GPU steps, or (0, 0).
+
+    The batches split into the smaller ones, on the floor, and the larger ones, on a rising affine
+    line (at least three batches: a line through two has no noise to judge by, and extrapolated far
+    below them, their measurement noise alone looks like a floor); of the splits where every smaller batch's median step is slower
+    than the line by more than ``FLOOR_SIGMAS × noise`` in log time (``noise``: the one-GPU
+    measurement noise) and no larger batch ran faster than any of them (a floor is the least a step
+    takes: steps that shrink as the batch grows are a job still warming up, not a device's floor),
+    the one with the most batches on the floor counts. The floor is the median of their steps.
+    Steps that stay on one line — a CPU's, or a GPU's at batches that fill it — give none."""
+    batches = np.unique(b)
+    median = np.array([np.median(t[b == x]) for x in batches])
+    for on in range(batches.size - 3, 0, -1):  # batches[:on] on the floor, batches[on:] on the line
+        alpha, beta = affine_fit(batches[on:], median[on:])
+        if beta <= 0 or median[:on].max() > median[on:].min():
+            continue
+        if np.all(np.log(median[:on] / (alpha + beta * batches[:on])) > FLOOR_SIGMAS * noise):
+            return float(batches[on - 1]), float(np.median(median[:on]))
+    return 0.0, 0.0
 
 
 def affine_fit(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -229,15 +272,18 @@ def overlapped(compute: np.ndarray | float, comm: np.ndarray | float, gamma: np.
 
 def step_model(t_ref: np.ndarray | float, b_ref: np.ndarray | float, local_batch: np.ndarray | float,
                speed: np.ndarray | float, comm_base: np.ndarray | float, theta: np.ndarray,
-               grad: bool = False) -> tuple[np.ndarray, ...]:
+               grad: bool = False, floor: np.ndarray | float = 0.0) -> tuple[np.ndarray, ...]:
     """log T (and, with ``grad``, ∂log T/∂θ of shape (N, NP), C, S, T and ∂log C/∂f) for N steps
-    at once. ``theta`` is (NP,) or (N, NP). Computed as max · (1 + (min/max)^γ)^(1/γ) so a large γ
-    cannot overflow; C > 0 for every positive local batch, so log T is finite."""
+    at once. ``theta`` is (NP,) or (N, NP); ``floor`` the job's ``t_floor`` (where it sets C, f
+    does not move it). Computed as max · (1 + (min/max)^γ)^(1/γ) so a large γ cannot overflow;
+    C > 0 for every positive local batch, so log T is finite."""
     th = np.asarray(theta, dtype=float)
     f, le, rho = (th[..., 0], th[..., 1], th[..., 2])
     gamma = gamma_of(rho)
     ratio_b = np.asarray(local_batch, dtype=float) / b_ref
-    c = np.asarray(t_ref, dtype=float) * (f + (1.0 - f) * ratio_b) / speed
+    line = np.asarray(t_ref, dtype=float) * (f + (1.0 - f) * ratio_b) / speed
+    floored = np.asarray(floor, dtype=float) / speed
+    c = np.maximum(line, floored)
     s = np.exp(le) * np.asarray(comm_base, dtype=float)
     hi, lo = np.maximum(c, s), np.minimum(c, s)
     r = lo / hi
@@ -248,7 +294,7 @@ def step_model(t_ref: np.ndarray | float, b_ref: np.ndarray | float, local_batch
     w_hi = 1.0 / (1.0 + rg)  # ∂log T/∂log(max part); the other part gets 1 − w_hi
     w_c = np.where(c >= s, w_hi, 1.0 - w_hi)
     w_s = 1.0 - w_c
-    d_logc_df = (1.0 - ratio_b) / (f + (1.0 - f) * ratio_b)
+    d_logc_df = np.where(line >= floored, (1.0 - ratio_b) / (f + (1.0 - f) * ratio_b), 0.0)
     log_c, log_s = np.log(c), np.log(np.maximum(s, 1e-300))
     d_dgamma = (w_c * log_c + np.where(s > 0, w_s * log_s, 0.0) - log_t) / gamma
     dgamma_drho = gamma / (np.log(2.0 - rho) * (2.0 - rho))  # = LN2 / ln²(2 − ρ) / (2 − ρ)
@@ -270,7 +316,7 @@ def map_fit(job: JobModel, steps: Steps) -> tuple[np.ndarray, np.ndarray]:
 
     def residuals(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         log_t, g, c, _, t, dlogc_df = step_model(job.t_ref, job.b_ref, steps.local_batch, steps.speed,
-                                                 steps.comm_base, theta, grad=True)
+                                                 steps.comm_base, theta, grad=True, floor=job.t_floor)
         res = [(log_t - y) / noise, root @ (theta - prior_mean)]
         jac = [g / noise[:, None], root]
         if timed.any():
@@ -304,12 +350,12 @@ def _comm_start(job: JobModel, steps: Steps, theta: np.ndarray) -> np.ndarray | 
     if dist.size == 0:
         return None
     d = steps.take(dist)
-    log_t, = step_model(job.t_ref, job.b_ref, d.local_batch, d.speed, d.comm_base, theta)
+    log_t, = step_model(job.t_ref, job.b_ref, d.local_batch, d.speed, d.comm_base, theta, floor=job.t_floor)
     slower = np.log(d.seconds) - log_t
     if np.median(slower) <= 2.0 * job.prior.noise:
         return None
     gamma = gamma_of(theta[2])
-    c = job.t_ref * (theta[0] + (1.0 - theta[0]) * d.local_batch / job.b_ref) / d.speed
+    c = np.maximum(job.t_ref * (theta[0] + (1.0 - theta[0]) * d.local_batch / job.b_ref), job.t_floor) / d.speed
     hidden = np.minimum(c / d.seconds, 1.0 - 1e-9) ** gamma  # (C/T)^γ, < 1 where the step took longer than C
     need = d.seconds * np.maximum(1.0 - hidden, 1e-300) ** (1.0 / gamma)  # (T^γ − C^γ)^(1/γ), overflow-free
     start = theta.copy()

@@ -397,7 +397,8 @@ class Controller:
         m = est.model
         self.store.record_event(int(jid), "inspected", ev.at,
                                 f"{m.param_bytes / 1e6:.3g} MB of gradients, one-GPU step {m.t_ref * 1e3:.3g} ms "
-                                f"at local batch {m.b_ref:.3g}, fixed share {m.fixed_share:.2f}")
+                                f"at local batch {m.b_ref:.3g}, fixed share {m.fixed_share:.2f}"
+                                + (f", compute floor {m.t_floor * 1e3:.3g} ms" if m.t_floor > 0 else ""))
 
     def _plan_on_estimate(self, jid: JobId) -> tuple[np.ndarray, int]:
         rate, useful = self._estimated_curve(jid)

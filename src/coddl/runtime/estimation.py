@@ -72,7 +72,7 @@ class JobEstimate:
                 "global_batch": self.global_batch, "local_batch": self.local_batch,
                 "belief": {"fixed_share": m.fixed_share, "comm_efficiency": m.comm_efficiency,
                            "overlap_gamma": m.overlap, "t_ref_s": m.t_ref, "b_ref": m.b_ref,
-                           "measured_steps": m.measured}}
+                           "t_floor_s": m.t_floor, "measured_steps": m.measured}}
 
 
 class Estimates:

@@ -176,12 +176,20 @@ def job_view(job: dict[str, Any]) -> Group:
     return Group(head, events)
 
 
+def _floor(belief: dict[str, Any]) -> str:
+    """The device's compute floor, where the job's one-GPU steps showed one (profiles stored before
+    the floor existed have no such field)."""
+    floor = belief.get("t_floor_s") or 0.0
+    return f" (never under {floor * 1e3:.3g} ms, the device's floor)" if floor > 0 else ""
+
+
 def profile_view(job_id: int, p: dict[str, Any]) -> Group:
     """``coddl profile``: the job's one-GPU rows, the belief and the curve it is planned on."""
     b = p["belief"]
     batch = f"global batch {p['global_batch']}" if p.get("global_batch") else f"local batch {p['local_batch']}"
     head = Text(f"job {job_id}: {p['profile'][0]['param_bytes'] / 1e6:.3g} MB of gradients per step, {batch}; "
-                f"one-GPU step {b['t_ref_s'] * 1e3:.3g} ms at local batch {b['b_ref']:.3g}, fixed share "
+                f"one-GPU step {b['t_ref_s'] * 1e3:.3g} ms at local batch {b['b_ref']:.3g}"
+                f"{_floor(b)}, fixed share "
                 f"{b['fixed_share']:.2f}, communication efficiency {b['comm_efficiency']:.3g}, overlap γ "
                 f"{b['overlap_gamma']:.2f}; {b['measured_steps']} measured multi-GPU rows folded in; more than "
                 f"{p['useful_gpus']} GPUs would not make it faster")
