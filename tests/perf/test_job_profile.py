@@ -186,3 +186,28 @@ def test_the_fit_reaches_communication_the_belief_priced_at_nearly_nothing():
     assert float(np.exp(log_t)) == pytest.approx(0.18, rel=0.1)
     explained = Steps(np.array([8.0]), np.array([1e-5]), np.array([0.061]), np.array([np.nan]))
     assert _comm_start(job, explained, job.theta) is None  # the belief already explains it
+
+
+def test_a_gpu_s_floor_seen_in_the_inspection_is_kept_shown_and_restored():
+    from rich.console import Console
+
+    from coddl.runtime.render import profile_view
+
+    # a GPU's first steps: 12 ms whatever the batch up to 16 samples, then 0.2 ms per sample
+    floored = Inspection(0, ((256, 0.0542), (128, 0.0286), (64, 0.0158), (16, 0.012)), 0.0, 256, None)
+    e = estimates()
+    model = e.inspected("7", "mystery", "NVIDIA H100", floored).model
+    assert model.t_floor == pytest.approx(0.012) and float(model.compute_seconds(2.0)) == pytest.approx(0.012)
+    rate, useful = e.curve("7", 8)
+    record = json.loads(json.dumps(e.jobs["7"].record(rate, useful)))
+    assert record["belief"]["t_floor_s"] == pytest.approx(0.012)
+    assert estimates().restore("7", record).model.t_floor == model.t_floor  # rebuilt from the same rows
+    console = Console(width=400, record=True)
+    console.print(profile_view(7, record))
+    assert "never under 12 ms, the device's floor" in console.export_text()
+    # the CPU job of the other tests: its step shrinks with the batch, no floor, none shown
+    plain = e.inspected("8", "mystery", "cpu", report())
+    record = plain.record(*e.curve("8", 8))
+    console = Console(width=400, record=True)
+    console.print(profile_view(8, record))
+    assert plain.model.t_floor == 0 and "floor" not in console.export_text()
