@@ -170,3 +170,82 @@ def test_a_checkpoint_goes_to_a_job_directory_not_made_yet(tmp_path: Path) -> No
     where = state.save_checkpoint(tmp_path / "jobs" / "7", state.capture(model, opt, state.Counters(step=5)))
     assert where == tmp_path / "jobs" / "7" / state.CHECKPOINT_NAME
     assert state.load_checkpoint(tmp_path / "jobs" / "7")["step"] == 5
+
+
+def test_a_model_whose_int64_buffer_sits_after_an_odd_number_of_floats_round_trips() -> None:
+    """Linear(4, 3) + BatchNorm1d(3) holds 27 float32s before the int64 ``num_batches_tracked``: its bytes
+    start at offset 108 of the packed buffer, not a multiple of 8 (this used to fail on unpack)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    skeleton, flat = state.pack(state.capture(model, opt, state.Counters(step=1)), torch.device("cpu"))
+    torch.manual_seed(1)
+    replica = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    replica_opt = torch.optim.SGD(replica.parameters(), lr=0.1, momentum=0.9)
+    state.restore(state.unpack(skeleton, flat), replica, replica_opt)
+    assert state.state_hash(replica, replica_opt) == state.state_hash(model, opt)
+    assert replica[1].num_batches_tracked.item() == 1
+
+
+def test_a_payload_without_tensors_packs_to_an_empty_byte_buffer_on_the_device_asked_for() -> None:
+    payload = {"step": 4, "note": "counters only", "rng": (1, 2)}
+    for device in (torch.device("cpu"), torch.device("meta")):  # meta: a device other than the CPU, without data
+        skeleton, flat = state.pack(payload, device)
+        assert (flat.dtype, tuple(flat.shape), flat.device) == (torch.uint8, (0,), device)
+    assert state.unpack(*state.pack(payload, torch.device("cpu"))) == payload
+
+
+def test_the_buffer_goes_to_the_device_asked_for_and_each_tensor_comes_back_to_its_own() -> None:
+    """On a GPU the buffer travels on the GPU while the RNG states belong on the CPU. Here the meta device
+    stands in for the other device: it records device, dtype and shape but holds no bytes."""
+    payload = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3), "b": torch.tensor([1, -1], dtype=torch.int16)}
+    _, flat = state.pack(payload, torch.device("meta"))
+    assert flat.device.type == "meta" and (flat.dtype, flat.numel()) == (torch.uint8, 6 * 4 + 2 * 2)
+    on_meta = {k: v.to("meta") for k, v in payload.items()}
+    skeleton, meta_flat = state.pack(on_meta, torch.device("meta"))  # tensors that live on the other device
+    cpu_flat = state.pack(payload, torch.device("cpu"))[1]  # the same bytes, arrived on the CPU
+    assert meta_flat.numel() == cpu_flat.numel()
+    back = state.unpack(skeleton, cpu_flat)
+    for k, want in payload.items():
+        assert (back[k].device.type, back[k].dtype, back[k].shape) == ("meta", want.dtype, want.shape)
+
+
+def test_the_gpus_rng_states_are_captured_and_restored_only_where_both_sides_have_them(monkeypatch) -> None:  # noqa: ANN001
+    """CUDA faked (this machine has none; tests/gpu covers a real one): capture records every GPU's
+    generator state, restore hands the same states back on the CPU, and neither touches CUDA when the
+    payload or the process has no GPU."""
+    model, opt = trained(0)
+    gpu_states = [torch.arange(16, dtype=torch.uint8), torch.arange(16, 32, dtype=torch.uint8)]
+    set_calls: list = []
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_calls.append)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in gpu_states])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    without_gpu = state.unpack(*state.pack(state.capture(model, opt, state.Counters()), torch.device("cpu")))
+    assert "cuda" not in without_gpu["rng"]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with_gpu = state.unpack(*state.pack(state.capture(model, opt, state.Counters()), torch.device("cpu")))
+    assert [torch.equal(a, b) for a, b in zip(with_gpu["rng"]["cuda"], gpu_states, strict=True)] == [True, True]
+    state.restore(without_gpu, model, opt)  # a checkpoint written on a CPU, restored where there is a GPU
+    assert set_calls == []
+    state.restore(with_gpu, model, opt)
+    assert len(set_calls) == 1
+    assert [(s.device.type, torch.equal(s, want)) for s, want in zip(set_calls[0], gpu_states, strict=True)] == [
+        ("cpu", True), ("cpu", True)]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    state.restore(with_gpu, model, opt)  # a GPU checkpoint restored where there is none
+    assert len(set_calls) == 1
+
+
+def test_a_checkpoint_written_on_a_gpu_loads_where_there_is_none(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Every storage tagged cuda:0 as a GPU rank's torch.save writes it; loading must map it to the CPU,
+    not fail for want of CUDA."""
+    import torch.serialization
+
+    monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+    state.save_checkpoint(tmp_path, {"step": 3, "w": torch.arange(4.0)})
+    monkeypatch.undo()
+    assert b"cuda:0" in (tmp_path / state.CHECKPOINT_NAME).read_bytes()
+    back = state.load_checkpoint(tmp_path)
+    assert back["step"] == 3 and back["w"].device.type == "cpu" and torch.equal(back["w"], torch.arange(4.0))

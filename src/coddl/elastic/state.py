@@ -100,8 +100,10 @@ class _Packing:
 
 def _fill(skeleton: Any, flat: torch.Tensor) -> Any:
     if isinstance(skeleton, _TensorSlot):
-        raw = flat[skeleton.offset : skeleton.offset + skeleton.nbytes]
-        return raw.view(skeleton.dtype).reshape(skeleton.shape).to(skeleton.device, copy=True)
+        # a copy of its own (storage offset 0) before the dtype view: a tensor's bytes need not sit at a
+        # multiple of its element size in the buffer (an int64 after an odd number of float32s)
+        raw = flat[skeleton.offset : skeleton.offset + skeleton.nbytes].clone()
+        return raw.view(skeleton.dtype).reshape(skeleton.shape).to(skeleton.device)
     if isinstance(skeleton, dict):
         return {k: _fill(v, flat) for k, v in skeleton.items()}
     if isinstance(skeleton, (list, tuple)):
