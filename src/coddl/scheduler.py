@@ -290,7 +290,8 @@ class Scheduler:
         if int(g.sum()) > ctx.capacity:
             raise InfeasibleShares(f"{self.policy.name}: {int(g.sum())} GPUs given, capacity {ctx.capacity}")
         if s.gpu_type is not None:
-            used = np.bincount(s.gpu_type[g > 0], weights=g[g > 0], minlength=len(ctx.type_names))
+            typed = (g > 0) & (s.gpu_type >= 0)  # -1: any type (counted in the total above)
+            used = np.bincount(s.gpu_type[typed], weights=g[typed], minlength=len(ctx.type_names))
             if (used > ctx.capacity_by_type).any():
                 raise InfeasibleShares(f"{self.policy.name}: per-type capacity exceeded: {used}")
         bad = (g < np.where(g != 0, j.min_gpus, 0)) | (g > np.maximum(j.max_gpus, j.requested))
