@@ -407,8 +407,12 @@ def test_a_type_change_moves_a_running_job_and_cores_decided_alone_recore_it() -
     pol.shares = {}  # a stopped job's cores do not count as changed
     acts = s.step(5.0).plan.actions
     assert [a.kind for a in acts] == [ActionKind.SUSPEND] and s.cores_in_use == 0
-    pol.cpus = {"a": 3}
-    assert s.step(6.0).plan.actions == []
+    pol.cpus = {"a": 3}  # cores or a type for a job given no GPU change nothing
+    res = s.step(6.0)
+    assert res.plan.actions == [] and res.changed.size == 0
+    pol.cpus, pol.types = None, {"a": 0}
+    res = s.step(7.0)
+    assert res.plan.actions == [] and res.changed.size == 0
 
 
 # ---------------------------------------------------------------- restart costs
@@ -568,3 +572,64 @@ def test_cores_decided_for_one_job_change_only_that_job() -> None:
     assert res.changed.tolist() == [0]  # b: same GPUs, same type, same cores
     assert [(a.kind, a.job_id, a.cpus) for a in res.plan.actions] == [(ActionKind.RECORE, "a", 4)]
     assert s.cores_in_use == 12
+
+
+def test_a_type_chosen_for_a_waiting_job_changes_nothing_until_it_gets_gpus() -> None:
+    cluster = Cluster(nodes=(Node("n0", 2, "A"), Node("n1", 2, "B")), gpu_types={"A": GpuType("A"), "B": GpuType("B")})
+    s = refused({"a": 2}, types={"a": 0, "b": 1}, cluster=cluster)
+    res = s.step(0.0)
+    assert res.changed.tolist() == [0] and [a.job_id for a in res.plan.actions] == ["a"]
+    assert col(s, "gpu_type", "b") == -1  # b holds nothing: its table type stays "any"
+    s.policy.types = {"a": 0, "b": 0}
+    assert s.step(1.0).changed.size == 0
+
+
+def test_cores_given_as_floats_are_core_counts() -> None:
+    class Floats(Given):
+        def allocate(self, ctx):
+            out = super().allocate(ctx)
+            return Shares(out.gpus, out.gpu_type, out.cpus.astype(float))
+
+    pol = Floats()
+    s = Scheduler(Cluster.for_gpus(8, 4), pol, LIN)
+    s.submit(job("a", 1, max_gpus=2), 0.0)
+    s.submit(job("b", 1, max_gpus=2), 0.0)
+    pol.shares, pol.cpus = {"a": 1, "b": 1}, {"a": 4, "b": 8}
+    acts = s.step(0.0).plan.actions
+    assert [(a.job_id, a.cpus, a.cores) for a in acts] == [("a", 4, (0, 1, 2, 3)), ("b", 8, tuple(range(4, 12)))]
+    pol.cpus = {"a": 4, "b": 6}
+    res = s.step(1.0)
+    assert res.changed.tolist() == [1] and [(a.kind, a.cpus) for a in res.plan.actions] == [(ActionKind.RECORE, 6)]
+    assert s.cores_in_use == 10
+
+
+def test_cores_handed_out_by_the_policy_never_take_a_running_jobs_cores() -> None:
+    """a starts with its GPU's cores (8: the placer's default); then the policy starts deciding cores:
+    b's 4 cores and a's new 4 come from the cores nobody holds, never from each other's."""
+    s, pol = sched()
+    s.submit(job("a", 1, max_gpus=1), 0.0)
+    s.submit(job("b", 1, max_gpus=1), 0.0)
+    pol.shares = {"a": 1}
+    s.step(0.0)
+    a_cores = set(s.allocation.cores["a"])
+    assert len(a_cores) == 8
+    pol.shares, pol.cpus = {"a": 1, "b": 1}, {"a": 8, "b": 4}
+    s.step(1.0)
+    assert set(s.allocation.cores["a"]) == a_cores and len(s.allocation.cores["b"]) == 4
+    assert not a_cores & set(s.allocation.cores["b"])
+    pol.cpus = {"a": 4, "b": 4}
+    s.step(2.0)
+    held = [set(c) for c in s.allocation.cores.values()]
+    assert len(held[0]) == len(held[1]) == 4 and not held[0] & held[1] and s.cores_in_use == 8
+
+
+def test_cores_decided_by_a_policy_are_refused_beside_sharing_jobs() -> None:
+    from coddl.placement.sharing import SharingRule
+
+    pol = Given()
+    s = Scheduler(Cluster.for_gpus(2, 2), pol, LIN, sharing=SharingRule.parse("pack"), retained=lambda a, b, t: 0.5)
+    s.submit(JobSpec("h", 0.0, 1, 10.0, "lin", max_gpus=1, gpu_fraction=0.5), 0.0)
+    pol.shares, pol.cpus = {"h": 1}, {"h": 4}
+    with pytest.raises(InfeasibleShares, match=r"^given: a policy that assigns CPU cores cannot run with "
+                                               r"GPU sharing \(sharing jobs use their GPU's cores\)$"):
+        s.step(0.0)
