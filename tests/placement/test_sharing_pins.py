@@ -702,7 +702,8 @@ def test_memory_is_a_need_capped_at_the_gpu_or_a_fraction_of_it() -> None:
     assert sg.memory_of(t("m", 0.25, memory=24.0), 1) == 24.0
     assert sg.memory_of(t("m", 0.25, memory=24.0), 0) == 16.0
     sg = packer(cluster=two_types(a_mem=40.0, b_mem=24.0))
-    assert sg.capacity_of(-1) == 24.0
+    assert sg.capacity_of(-1) == 24.0 and sg.capacity_of(0) == 40.0 and sg.capacity_of(1) == 24.0
+    assert sg.memory_of(t("f", 0.25), 0) == pytest.approx(10.0)
 
 
 def test_defaults_keep_every_pair_at_full_speed_and_clash_none() -> None:
@@ -733,6 +734,7 @@ def test_a_rule_is_parsed(text: str, mode: str, floor: float) -> None:
     ("exclusive:x=1", "sharing rule 'exclusive:x=1': unknown option 'x'; exclusive takes none"),
     ("aware:floor=1", "sharing rule 'aware:floor=1': unknown option 'floor'; valid: min_retained"),
     ("aware:min_retained=x", "sharing rule 'aware:min_retained=x': min_retained must be a number, got 'x'"),
+    ("aware:min_retained=0.5=1", "sharing rule 'aware:min_retained=0.5=1': min_retained must be a number, got '0.5=1'"),
     ("aware:min_retained=1.5", "sharing rule 'aware:min_retained=1.5': min_retained must be in [0, 1], got 1.5"),
     ("aware:min_retained=-0.1", "sharing rule 'aware:min_retained=-0.1': min_retained must be in [0, 1], got -0.1")])
 def test_a_bad_rule_says_exactly_what_is_wrong(text: str, message: str) -> None:
@@ -837,3 +839,62 @@ def test_packing_is_plain_best_fit_decreasing(groups, arriving, gone) -> None:
     assert sg._room_sum == pytest.approx(sum(1.0 - sum(x.fraction for x in grp) for grp in sg.on.values()))
     assert sg.saved_by_type().tolist() == [sum(len(grp) - 1 for grp in sg.on.values())]
     assert sg._shared_by_type.tolist() == [len(sg.on)] and sg.gpus_used == gpus
+
+
+
+def test_a_policy_choosing_type_a_pins_type_a() -> None:
+    """The policy puts u on A (type index 0): b, which must run on B, cannot share u's new GPU."""
+    sg = packer(cluster=two_types())
+    for x in (t("u", 0.5), t("b", 0.25, gpu_type=1)):
+        sg.register(x)
+    p = sg.pack_changes(["u", "b"], [], types={"u": 0})
+    assert [(x.gpu_type, ids(x)) for x in p.opened] == [(0, ["u"]), (1, ["b"])]
+    assert [(x.gpu_type, ids(x)) for x in sg.pack_changes(["u", "b"], []).opened] == [(1, ["u", "b"])]
+
+
+def test_room_counts_new_gpus_of_type_a_and_adds_to_a_types_shared_gpus() -> None:
+    """GPU 0 (A) holds a (0.5), GPU 2 (B) holds b (0.5). New: qa (0.75, type A) and qb (0.75, type B)
+    each on a GPU of their own (no shared GPU has 0.75 of room). Quarter jobs: A 2 + 1, B 2 + 1."""
+    sg = packer(cluster=two_types())
+    seat(sg, 0, t("a", 0.5))
+    seat(sg, 2, t("b", 0.5))
+    for x in (t("qa", 0.75, gpu_type=0), t("qb", 0.75, gpu_type=1)):
+        sg.register(x)
+    p = sg.pack(["a", "b", "qa", "qb"])
+    assert sorted((x.gpu_type, tuple(ids(x))) for x in p.opened) == [(0, ("qa",)), (1, ("qb",))]
+    per, anywhere = sg.room(p, 2, 10, 0.25)
+    assert per.tolist() == [3, 3] and anywhere == 0 and per.dtype.kind == "i"
+    assert sg.room(p, 2, 0, 0.25)[0].dtype.kind == "i"
+    used, anywhere = sg.used_by_type(p)
+    assert used.tolist() == [2, 2] and anywhere == 0
+
+
+def test_has_room_allows_the_packers_tolerance() -> None:
+    """A job EPS (1e-9) larger than a GPU's room still counts as fitting, as the packer takes it."""
+    sg = packer()
+    seat(sg, 0, t("a", 0.5))
+    sg.register(t("b", 0.75))
+    p = sg.pack(["a", "b"])  # b on a new GPU, 0.25 of room there; GPU 0 keeps 0.5
+    assert sg.has_room(p, 1, 0.5 + 1e-9) and not sg.has_room(p, 1, 0.5 + 1e-6)
+    sg2 = packer()
+    sg2.register(t("b", 0.5))
+    p = sg2.pack(["b"])
+    assert sg2.has_room(p, 1, 0.5 + 1e-9) and not sg2.has_room(p, 1, 0.5 + 1e-6)
+
+
+def test_room_caps_ties_in_type_order() -> None:
+    """17 types, one GPU each; quarter jobs fit 2 on a type whose GPU holds 0.5, 1 where it holds
+    0.75. Three waiting: the roomiest types first and, among equals, the lower type: 2 on type 0,
+    1 on type 9 (a sort that is not stable may pick another of the tied types)."""
+    per = [2, 1, 1, 0, 0, 0, 0, 0, 0, 2, 1, 2, 1, 1, 2, 2, 1]
+    cluster = Cluster(nodes=tuple(Node(f"n{i}", 1, f"T{i}") for i in range(17)),
+                      gpu_types={f"T{i}": GpuType(f"T{i}") for i in range(17)})
+    sg = packer(cluster=cluster)
+    for g, n in enumerate(per):
+        if n:
+            seat(sg, g, t(f"j{g}", 0.5 if n == 2 else 0.75))
+    p = sg.pack(list(sg.gpu_of))
+    assert sg.room(p, 17, 100, 0.25)[0].tolist() == per
+    expect = [0] * 17
+    expect[0], expect[9] = 2, 1
+    assert sg.room(p, 17, 3, 0.25)[0].tolist() == expect
