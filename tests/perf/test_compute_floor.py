@@ -133,3 +133,26 @@ def test_a_job_model_refuses_a_floor_that_is_not_a_time():
     for bad in (-1e-3, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="compute floor must be a non-negative time"):
             JobModel(base.name, 0.0, base.t_ref, base.b_ref, base.theta, base.cov, t_floor=bad)
+
+
+def test_when_the_longest_floor_fails_a_shorter_one_is_still_found():
+    # a line 2 + 0.5·b from 4 samples up, 3.5 below: 4 sits on the line, so the split with 1, 2 and 4
+    # on the floor fails and the one with 1 and 2 counts
+    b = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+    t = np.array([3.5, 3.5, 4.0, 6.0, 10.0, 18.0])
+    assert compute_floor(b, t, NOISE) == (2.0, pytest.approx(3.5))
+
+
+def test_the_line_is_fitted_to_the_batches_above_the_floor_only():
+    job = inspected("resnet18")
+    steps = h100("resnet18")
+    for b in (64, 128, 256):
+        assert float(job.compute_seconds(float(b))) == pytest.approx(steps[b], rel=0.01)
+    assert job.b_ref == pytest.approx((64 * 128 * 256) ** (1 / 3))
+
+
+@pytest.mark.parametrize("b, t", [([0.0, 8.0], [0.1, 0.2]), ([4.0, 8.0], [0.0, 0.2]), ([4.0, 8.0], [np.nan, 0.2]),
+                                  ([-4.0, 8.0], [0.1, 0.2]), ([], [])])
+def test_a_job_model_needs_positive_batches_and_times(b, t):
+    with pytest.raises(ValueError, match="at least one one-GPU step with a positive batch and time"):
+        JobModel.from_one_gpu("m", 0.0, np.array(b, dtype=float), np.array(t, dtype=float))
