@@ -16,8 +16,8 @@ On an H100 a ResNet-18 step takes 12–13 ms at every local batch from 1 to 32 a
 only above 64 (``benchmarks/gpu_compute_curve.py``); a line through the steps at 256, 128 and 64
 would put 16 samples at 6 ms, half the measured time, and so price 16 GPUs twice too fast. The
 floor is measured, never guessed: it is set only where the job's one-GPU steps at the smallest
-batches are slower than the line through its larger ones by more than three times the one-GPU
-measurement noise (``compute_floor``), and is 0 otherwise — on a CPU, whose step shrinks with the
+batches are slower than the line through at least three larger ones by more than three times the
+one-GPU measurement noise (``compute_floor``), and is 0 otherwise — on a CPU, whose step shrinks with the
 batch, no floor is seen and the affine term stands alone.
 The uncertain parameters θ = (f, log η, ρ) are
 
@@ -233,8 +233,9 @@ def compute_floor(b: np.ndarray, t: np.ndarray, noise: float) -> tuple[float, fl
 
     The batches split into the smaller ones, on the floor, and the larger ones, on a rising affine
     line (at least three batches: a line through two has no noise to judge by, and extrapolated far
-    below them, their measurement noise alone looks like a floor); of the splits where every smaller batch's median step is slower
-    than the line by more than ``FLOOR_SIGMAS × noise`` in log time (``noise``: the one-GPU
+    below them, their measurement noise alone looks like a floor); of the splits where every
+    smaller batch's median step is slower than the line by more than ``FLOOR_SIGMAS × noise`` in
+    log time (``noise``: the one-GPU
     measurement noise) and no larger batch ran faster than any of them (a floor is the least a step
     takes: steps that shrink as the batch grows are a job still warming up, not a device's floor),
     the one with the most batches on the floor counts. The floor is the median of their steps.
