@@ -131,6 +131,7 @@ class Scheduler:
         self._cores_used = 0
         self.dirty = False
         self.steps = 0
+        self._costly = 0  # active jobs whose resize costs a restart (set_resize_cost): 0 is the plain path
         self._own_curve: dict[JobId, int] = {}  # jobs planned on a curve of their own → its row
         self._free_curves: list[int] = []  # rows of such curves whose job left
         # jobs sharing GPUs; None: every job holds whole GPUs (sharing jobs too, one each)
@@ -166,7 +167,10 @@ class Scheduler:
             self.table.first_start[r] = first_start
             self._ever_ran.add(spec.job_id)
         self._uid += 1
-        self.dirty = True
+        # a newcomer to a full cluster under a policy that never takes GPUs from running jobs
+        # cannot change the decision: no step for it (half of FIFO's steps on a busy trace)
+        if not (self.policy.holds_running and self.sharing is None and self._gpus_used >= self.cluster.total_gpus):
+            self.dirty = True
 
     def complete(self, job_id: JobId, now: float, status: JobStatus = JobStatus.FINISHED) -> JobRecord:
         t = self.table
@@ -174,6 +178,8 @@ class Scheduler:
         t.advance(r, now)
         if status is JobStatus.FINISHED:
             t.work0[r] = t.total_work[r]
+        if t.resize_cost[r] != 0:
+            self._costly -= 1
         held = int(t.share[r])
         if self.sharing is not None and job_id in self.sharing.tenants:
             emptied = self.sharing.forget(job_id)  # its co-tenants speed up: see _cotenant_actions
@@ -232,6 +238,7 @@ class Scheduler:
             raise ValueError(f"resize cost must be a non-negative number of seconds, got {seconds}")
         r = self.table.row[job_id]
         if self.table.resize_cost[r] != seconds:
+            self._costly += int(seconds != 0) - int(self.table.resize_cost[r] != 0)
             self.table.resize_cost[r] = seconds
             self.dirty = True
 
@@ -430,7 +437,7 @@ class Scheduler:
         take go to the others in this same decision. Without resize costs: one plain call."""
         t, n = self.table, self.table.n
         ctx = self.context(now)
-        if not t.resize_cost[:n].any():
+        if not self._costly:
             return ctx, self.policy.allocate(ctx)
         limit = t.max_gpus[:n]
         kept = limit.copy()

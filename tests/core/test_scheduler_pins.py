@@ -633,3 +633,57 @@ def test_cores_decided_by_a_policy_are_refused_beside_sharing_jobs() -> None:
     with pytest.raises(InfeasibleShares, match=r"^given: a policy that assigns CPU cores cannot run with "
                                                r"GPU sharing \(sharing jobs use their GPU's cores\)$"):
         s.step(0.0)
+
+
+# ---------------------------------------------------------------- steps the scheduler need not take
+def test_a_newcomer_to_a_full_cluster_under_fifo_asks_for_no_step_but_one_with_a_free_gpu_does() -> None:
+    """FIFO never takes GPUs from a running job (``holds_running``): a job arriving while every GPU
+    is held cannot change the decision, so ``submit`` leaves the scheduler clean; with one GPU
+    free it must decide (the newcomer may fit), and a policy that preempts always decides."""
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("fifo"), LIN)
+    s.submit(job("a", 3), 0.0)
+    s.step(0.0)
+    s.submit(job("b", 2), 1.0)
+    assert s.dirty  # one GPU free: b does not fit, but the scheduler cannot know without asking
+    s.step(1.0)
+    s.submit(job("c", 1), 2.0)
+    s.step(2.0)
+    assert s.allocation.gpus["c"] == (3,) and s.gpus_in_use == 4  # backfilled: the cluster is full
+    s.dirty = False
+    s.submit(job("d", 1), 3.0)
+    assert not s.dirty
+    s.complete("c", 4.0)
+    assert s.dirty
+    s.step(4.0)
+    assert s.allocation.gpus["d"] == (3,) and "b" not in s.allocation.gpus  # b still waits for 2
+    p, _ = sched(4, 4)
+    p.submit(job("x", 4), 0.0)
+    p.policy.shares = {"x": 4}
+    p.step(0.0)
+    p.dirty = False
+    p.submit(job("y", 1), 1.0)
+    assert p.dirty  # Given holds nothing fixed: a newcomer may take GPUs from x
+
+
+def test_the_restart_rule_holds_while_any_active_job_has_a_resize_cost() -> None:
+    """The rule runs only while some active job's resize costs a restart; the count follows
+    ``set_resize_cost`` (set, changed, cleared) and each costly job's exit. With a costly and a
+    cost-free job gone and a costly one left, the costly one is still held back; with every costly job gone or
+    cleared, max-min grows a job for free again."""
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("max-min"), LIN)
+    s.submit(job("a", 2, work=20.0, max_gpus=2), 0.0)
+    s.submit(job("z", 1, work=1e6, max_gpus=1), 0.0)
+    s.submit(job("f", 1, work=1e6, max_gpus=1), 0.0)
+    s.step(0.0)
+    s.set_rate("a", 2.0, 0.0)
+    s.table.max_gpus[s.table.row["a"]] = 4
+    s.set_resize_cost("z", 7.0)
+    s.set_resize_cost("z", 9.0)  # changed, not a second costly job
+    s.set_resize_cost("a", 100.0)
+    s.complete("z", 1.0)  # a costly job leaves; a's cost still counts
+    s.complete("f", 1.0)  # and a cost-free one: nothing to uncount
+    s.step(1.0)
+    assert len(s.allocation.gpus["a"]) == 2  # 9 s to go: growing cannot pay for 100 s
+    s.set_resize_cost("a", 0.0)
+    s.step(2.0)
+    assert len(s.allocation.gpus["a"]) == 4  # free again: max-min gives it every GPU

@@ -56,3 +56,33 @@ def test_unknown_model_is_a_trace_error_naming_the_job():
     t = Trace("mine.csv", [TraceJob("x1", 0.0, 1, duration=10.0, model="quantum-net")])
     with pytest.raises(TraceError, match="mine.csv: job x1: model: unknown model 'quantum-net'"):
         build_workload(t, CURVES)
+
+
+def test_models_are_the_draws_of_one_scalar_call_per_unnamed_job_in_trace_order():
+    """The draw is made in one vectorised call; it must give what one ``rng.integers(pool size)``
+    per job without a model gives, in trace order (a reference transcription of that loop), so
+    that a seed names the same workload before and after. Named jobs take no draw; a job larger
+    than every model draws among the most scalable ones."""
+    import numpy as np
+
+    from coddl.sim.workload import _pool
+
+    big = int(CURVES.max_gpus.max()) + 8
+    jobs = [TraceJob(str(i), float(i), g, duration=60.0) for i, g in enumerate([1, 2, 4, 8, 16, 32, big, 1, 3])]
+    jobs.insert(3, TraceJob("named", 3.5, 2, duration=60.0, model=CURVES.names[0]))
+    jobs += [TraceJob(f"x{i}", 100.0 + i, int(g), duration=30.0) for i, g in
+             enumerate(np.random.default_rng(7).choice([1, 1, 2, 4, 8, 64, big], size=500))]
+    trace = Trace("mixed", jobs)
+    for seed in (0, 1, 12345):
+        rng = np.random.default_rng(seed)
+        pool_idx, pool_max = _pool(CURVES, None)
+        expected = []
+        for tj in jobs:
+            if tj.model is not None:
+                expected.append(tj.model)
+                continue
+            eligible = pool_idx[pool_max >= tj.num_gpus]
+            if eligible.size == 0:
+                eligible = pool_idx[pool_max == pool_max.max()]
+            expected.append(CURVES.names[int(eligible[rng.integers(eligible.size)])])
+        assert [s.model for s in build_workload(trace, CURVES, seed=seed)] == expected

@@ -112,6 +112,7 @@ class ConsolidatingPlacer:
         self.compiled = True
         # each GPU's proportional block of cores (see _block_cores), made once
         self._gpu_cores = [self._block_cores((g,)) for g in range(cluster.total_gpus)]
+        self._cores_memo: dict[Gpus, Cores] = {}
 
     # views used by the scheduler, the engine's invariant checks and tests
     @property
@@ -384,13 +385,14 @@ class ConsolidatingPlacer:
 
     def _place_one_type(self, current: dict[JobId, Gpus], requests: list[Request]) -> dict[JobId, Placed]:
         """``place`` on a one-type cluster with GPU-proportional cores: the same rules, compiled
-        (``placement/kernels.py``); shrinks first, then grows, typed requests and big ones first."""
+        (``placement/kernels.py``); shrinks first, then grows, typed requests and big ones first.
+        The arrays are built from plain lists (a step places a handful of jobs: numpy's per-call
+        cost, not the copying, is what counts here)."""
         pool = self.gpu
         held = [current.get(r.job_id, ()) for r in requests]
-        old_at = np.zeros(len(requests) + 1, dtype=np.int64)
-        np.cumsum([len(h) for h in held], out=old_at[1:])
-        old = np.fromiter(itertools.chain.from_iterable(held), dtype=np.int64, count=int(old_at[-1]))
-        want = np.fromiter((r.gpus for r in requests), dtype=np.int64, count=len(requests))
+        old_at = np.array([0, *itertools.accumulate(map(len, held))], dtype=np.int64)
+        old = np.array([g for h in held for g in h], dtype=np.int64)
+        want = np.array([r.gpus for r in requests], dtype=np.int64)
         grows = sorted((i for i, r in enumerate(requests) if r.gpus > len(held[i])),
                        key=lambda i: (requests[i].gpu_type < 0, -requests[i].gpus))
         new, new_at = kernels.place(old, old_at, want, np.array(grows, dtype=np.int64), pool.free, pool.node_free,
@@ -399,12 +401,21 @@ class ConsolidatingPlacer:
             raise PlacementError("no free GPU left for the GPUs asked for")
         flat = new.tolist()
         at = new_at.tolist()
-        cores = self._gpu_cores
         out: dict[JobId, Placed] = {}
         for i, r in enumerate(requests):
             gpus = tuple(flat[at[i]:at[i + 1]])
-            out[r.job_id] = Placed(gpus, tuple(itertools.chain.from_iterable(cores[g] for g in gpus)))
+            out[r.job_id] = Placed(gpus, self._cores_of(gpus))
         return out
+
+    def _cores_of(self, gpus: Gpus) -> Cores:
+        """The GPUs' proportional blocks of cores, remembered per GPU set (the same sets recur)."""
+        got = self._cores_memo.get(gpus)
+        if got is None:
+            cores = self._gpu_cores
+            got = tuple(itertools.chain.from_iterable(cores[g] for g in gpus))
+            if len(self._cores_memo) < 1 << 16:
+                self._cores_memo[gpus] = got
+        return got
 
     def fragmentation(self) -> float:
         """Share of free GPUs that sit on partially used nodes (0 = every free GPU is on an empty

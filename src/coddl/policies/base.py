@@ -155,6 +155,9 @@ class Policy:
 
     name: ClassVar[str] = ""
     elastic: ClassVar[bool] = False
+    # True: a running job keeps exactly its GPUs until it ends (no preemption, no resizing), so a
+    # job arriving while no GPU is free changes nothing and the scheduler does not ask (FIFO)
+    holds_running: ClassVar[bool] = False
     summary: ClassVar[str] = ""
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 

@@ -15,6 +15,7 @@ from coddl.policies.registry import register
 class Fifo(Policy):
     name = "fifo"
     elastic = False
+    holds_running = True
     summary = "first in, first out; rigid gang scheduling, non-preemptive, optional backfilling"
 
     @dataclass

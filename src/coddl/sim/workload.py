@@ -40,8 +40,9 @@ def curves_for(trace: Trace, curves: CurveTable) -> CurveTable:
     return with_trace_models(curves, pollux)
 
 
-def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, rng: np.random.Generator | None,
-                    pool_idx: np.ndarray, pool_max: np.ndarray) -> tuple[str, float]:
+def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, drawn: int) -> tuple[str, float]:
+    """The job's model and work; ``drawn`` is the pool model drawn for it (``_draw``) when the
+    trace names none."""
     if tj.model is not None and tj.model in curves.index and tj.iterations is not None:
         return tj.model, float(tj.iterations)  # written by coddl: replay exactly
     duration = tj.duration
@@ -62,16 +63,34 @@ def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, rng: np.rand
         raise TraceError(f"{trace.name}: job {tj.job_id}: model: unknown model {tj.model!r}; known: "
                          f"{', '.join(curves.names)} (or a Tiresias/Gavel/Pollux model name)")
     else:
-        eligible = pool_idx[pool_max >= tj.num_gpus]
-        if eligible.size == 0:  # larger than every model's maximum: the most scalable
-            eligible = pool_idx[pool_max == pool_max.max()]
-        m = int(eligible[rng.integers(eligible.size)])
+        m = drawn
     if tj.iterations is not None and duration is None:
         return curves.names[m], float(tj.iterations)
     if duration is None:
         raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
                          "iteration count")
     return curves.names[m], max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
+
+
+def _draw(jobs: list[TraceJob], rng: np.random.Generator, pool_idx: np.ndarray, pool_max: np.ndarray) -> list[int]:
+    """A pool model for each job that names none (-1 for the others): uniform over the models
+    whose maximum GPUs ≥ the job's request (the most scalable ones when none is), one
+    ``rng.integers(pool size)`` per such job in trace order. Drawn in one call, which yields the
+    very numbers of one call per job (``tests/sim/test_workload.py`` pins it) at a fraction of
+    the cost."""
+    unnamed = [i for i, tj in enumerate(jobs) if tj.model is None]
+    out = [-1] * len(jobs)
+    if not unnamed:
+        return out
+    eligible: dict[int, np.ndarray] = {}
+    for g in {jobs[i].num_gpus for i in unnamed}:
+        e = pool_idx[pool_max >= g]
+        eligible[g] = e if e.size else pool_idx[pool_max == pool_max.max()]  # larger than every model
+    gpus = [jobs[i].num_gpus for i in unnamed]
+    picks = rng.integers(0, np.array([eligible[g].size for g in gpus], dtype=np.int64)).tolist()
+    for i, g, k in zip(unnamed, gpus, picks):
+        out[i] = int(eligible[g][k])
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +120,8 @@ def _spec(tj: TraceJob, model: str, work: float, curves: CurveTable) -> JobSpec:
 def build_workload(trace: Trace, curves: CurveTable, *, seed: int = 0,
                    pool: tuple[str, ...] | None = None) -> list[JobSpec]:
     """Job specs for ``trace``; ``curves`` must contain every model it names (see ``curves_for``)."""
-    rng = np.random.default_rng(seed)
-    pool_idx, pool_max = _pool(curves, pool)
-    return [_spec(tj, *_model_and_work(tj, trace, curves, rng, pool_idx, pool_max), curves) for tj in trace.jobs]
+    drawn = _draw(trace.jobs, np.random.default_rng(seed), *_pool(curves, pool))
+    return [_spec(tj, *_model_and_work(tj, trace, curves, m), curves) for tj, m in zip(trace.jobs, drawn)]
 
 
 def build_workload_coddl_authors(trace: Trace, curves: CurveTable, *,
@@ -116,7 +134,7 @@ def build_workload_coddl_authors(trace: Trace, curves: CurveTable, *,
     skipped: list[Skipped] = []
     for tj in trace.jobs:
         if tj.model is not None:
-            specs.append(_spec(tj, *_model_and_work(tj, trace, curves, None, pool_idx, pool_max), curves))
+            specs.append(_spec(tj, *_model_and_work(tj, trace, curves, -1), curves))
             continue
         eligible = pool_idx[pool_max >= tj.num_gpus]
         if eligible.size == 0:
