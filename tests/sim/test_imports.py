@@ -10,3 +10,14 @@ def test_simulator_and_cli_import_without_torch():
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_simulation_imports_neither_the_solvers_nor_scipy_until_a_policy_needs_them():
+    """Every policy module is imported to resolve policy names; scipy's optimiser and sparse
+    matrices and HiGHS (about 0.5 s together) are imported only by the fits and the LP that use
+    them. (numba imports scipy's top package itself, which costs milliseconds.)"""
+    code = ("import sys, coddl.cli.main, coddl.sim.run; from coddl.policies.registry import available; "
+            "available(); print(sorted(m for m in sys.modules if m.split('.')[0] == 'highspy' "
+            "or m.startswith(('scipy.optimize', 'scipy.sparse'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

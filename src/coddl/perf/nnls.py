@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar, nnls
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +38,7 @@ class OptimusSpeed:
         t = 1.0 / np.asarray(speed, dtype=float)
         if len(t) < 1:
             raise ValueError("fitting the Optimus speed model needs at least one observation")
+        from scipy.optimize import nnls  # here: importing scipy costs every simulation 0.3 s
         theta, _ = nnls(OptimusSpeed.features(p, w, batch) / t[:, None], np.ones_like(t))
         return OptimusSpeed(tuple(float(v) for v in theta), float(batch))  # type: ignore[arg-type]
 
@@ -65,6 +65,8 @@ class LossCurve:
     def fit(steps: np.ndarray, losses: np.ndarray) -> "LossCurve":
         """For a fixed floor β2, 1/(l − β2) = β0·k + β1 is an NNLS problem; the floor is chosen in
         [0, min loss) to minimise the squared error of the loss itself."""
+        from scipy.optimize import minimize_scalar, nnls  # here: see OptimusSpeed.fit
+
         k, loss = np.asarray(steps, dtype=float), np.asarray(losses, dtype=float)
         if len(k) < 2 or loss.min() <= 0.0:
             raise ValueError("fitting a loss curve needs at least two points with positive loss")

@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize_scalar, nnls
 
 from coddl.perf.nnls import LossCurve
 
@@ -85,6 +84,7 @@ class SpeedModel:
         t = 1.0 / np.asarray(rate, dtype=float)
         if t.size == 0:
             raise ValueError("fitting a speed model needs at least one sample")
+        from scipy.optimize import minimize_scalar, nnls  # here: importing scipy costs every simulation 0.3 s
         x = np.asarray(x, dtype=float)
         s = (np.ones_like(t) if weight is None else np.asarray(weight, dtype=float)) / t
         phi = SpeedModel.features(w, n) * s[:, None]

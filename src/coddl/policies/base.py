@@ -92,6 +92,9 @@ class JobsView:
         return self._table.cpu_service(self._now)
 
 
+_ALL = slice(None)  # every row
+
+
 @dataclass(slots=True)
 class Context:
     """Everything a policy may look at (read-only by contract; not frozen, so that building one
@@ -118,11 +121,28 @@ class Context:
         kk = np.minimum(np.asarray(k), self.curves.shape[1] - 1)
         return self.curves[self.jobs.model[rows], kk] * self.jobs.speed[rows]
 
-    def remaining_time(self, k: np.ndarray | int, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """T_j(k) = W_j / P_j(k); infinite where P_j(k) = 0 (k = 0)."""
+    def remaining_time(self, k: np.ndarray | int, rows: np.ndarray | slice = _ALL) -> np.ndarray:
+        """T_j(k) = W_j / P_j(k); infinite where P_j(k) = 0 (k = 0). Over every row (what the
+        policies ask at each decision) one compiled pass, float for float what the numpy
+        expression gives, instead of a dozen numpy calls on a few hundred rows."""
+        j = self.jobs
+        if rows is _ALL and self.curves.dtype == np.float64:
+            kk = np.broadcast_to(np.asarray(k, dtype=np.int64), (len(j),))
+            return _remaining_time(self.curves, j.model, j.speed, kk, j.remaining)
         p = self.throughput(k, rows)
         with np.errstate(divide="ignore"):
-            return np.where(p > 0, self.jobs.remaining[rows] / np.where(p > 0, p, 1.0), np.inf)
+            return np.where(p > 0, j.remaining[rows] / np.where(p > 0, p, 1.0), np.inf)
+
+
+@njit()
+def _remaining_time(curves: np.ndarray, model: np.ndarray, speed: np.ndarray, k: np.ndarray,
+                    remaining: np.ndarray) -> np.ndarray:
+    last = curves.shape[1] - 1
+    out = np.empty(model.size)
+    for r in range(model.size):
+        p = curves[model[r], min(k[r], last)] * speed[r]
+        out[r] = remaining[r] / p if p > 0 else np.inf
+    return out
 
 
 @dataclass(frozen=True, slots=True)
