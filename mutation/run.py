@@ -96,13 +96,15 @@ def workdir(args: list[str], modules: list[str]) -> Path:
     name = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]
     d = WORK / name
     d.mkdir(parents=True, exist_ok=True)
-    for link in ("src", "tests"):
+    # examples/ too: tests/runtime's helpers (runtime_live, imported by its conftest) look at it on import
+    for link in ("src", "tests", "examples"):
         if not (d / link).exists():
             (d / link).symlink_to(ROOT / link)
     base = (ROOT / "pyproject.toml").read_text()
     cfg = {
         "source_paths": ["src/coddl"],
         "only_mutate": modules,
+        "also_copy": ["examples"],
         "pytest_add_cli_args_test_selection": [*args, "-m", "not slow"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-q"],
         "process_isolation": "forkserver",
