@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from coddl.core import Cluster
@@ -32,11 +33,13 @@ def test_a_job_larger_than_a_node_spans_the_fewest_nodes():
     assert len(nodes_of(c, big)) == 2
 
 
-def test_shrink_keeps_the_gpus_on_the_job_s_main_node():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_shrink_keeps_the_gpus_on_the_job_s_main_node(compiled):
     # Two nodes of 4. f takes 3 GPUs of node 0; a (5 GPUs) fits no node, so it spans: 4 on node 1
     # (the emptiest first) and the last free GPU of node 0. Shrinking a keeps node 1's GPUs.
     c = Cluster.for_gpus(8, 4)
     p = ConsolidatingPlacer(c)
+    p.compiled = compiled
     f = p.place({}, [Request("f", 3)])["f"].gpus
     assert nodes_of(c, f) == {0}
     a = p.place({"f": f}, [Request("a", 5)])["a"].gpus
@@ -46,14 +49,17 @@ def test_shrink_keeps_the_gpus_on_the_job_s_main_node():
     assert p.free[[g for g in a if g not in small]].all()  # the released GPU is free again
     two = p.place({"f": f, "a": small}, [Request("a", 2)])["a"].gpus
     assert set(two) <= set(small) and nodes_of(c, two) == {1}
+    assert (f, a, small, two) == ((0, 1, 2), (3, 4, 5, 6, 7), (4, 5, 6, 7), (4, 5))  # lowest GPUs kept
 
 
-def test_a_growing_job_fills_its_own_node_first():
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_growing_job_fills_its_own_node_first(compiled):
     # Two nodes of 4. f holds 3 GPUs of node 0 (one free there), a holds 2 of node 1 (two free).
     # a grows by one: best fit alone would pick node 0's single free GPU and split a over two
     # nodes; filling a's own node first keeps it on node 1.
     c = Cluster.for_gpus(8, 4)
     p = ConsolidatingPlacer(c)
+    p.compiled = compiled
     f = p.place({}, [Request("f", 3)])["f"].gpus
     a = p.place({"f": f}, [Request("a", 2)])["a"].gpus
     assert nodes_of(c, f) == {0} and nodes_of(c, a) == {1}

@@ -267,8 +267,18 @@ class ConsolidatingPlacer:
         ranked = sorted(usable, key=lambda t: (t not in one_node, -int(free_by_type[t]), t))
         if one_node or self.scorer is None or len(ranked) == 1:
             return self._grow((), want, ranked[0], cores_per_gpu)
-        candidates = [self._shape(usable[t], want) for t in ranked]
+        candidates = [self._shape(self._usable(t, cores_per_gpu, want), want) for t in ranked]
         return self._take(candidates[self._best(job, candidates)])
+
+    def _usable(self, gpu_type: int, cores_per_gpu: int, need: int) -> np.ndarray:
+        """Free GPUs per node for ``need`` new GPUs, as ``_grow`` takes them: on the nodes that can
+        also host the cores when those hold them all, else on any node (of ``gpu_type``)."""
+        free = np.where(self._allowed(gpu_type, cores_per_gpu), self.gpu.node_free, 0)
+        if int(free.sum()) < need:
+            free = np.where(self._allowed(gpu_type, 0), self.gpu.node_free, 0)
+        if int(free.sum()) < need:  # _shape would never finish
+            raise PlacementError(f"no free GPU left for {need} GPUs (type {gpu_type})")
+        return free
 
     def _best(self, job: JobId, candidates: list[Shape]) -> int:
         """Index of the candidate the scorer estimates fastest (ties: the earlier one)."""
@@ -291,7 +301,7 @@ class ConsolidatingPlacer:
             on_t = np.where(self._type == t, usable, 0)
             if int(on_t.sum()) >= want:
                 candidates.append(self._shape(on_t, want))
-        candidates.append(self._shape(usable, want))
+        candidates.append(self._shape(self._usable(-1, cores_per_gpu, want), want))
         return self._take(candidates[self._best(job, candidates)])
 
     # ------------------------------------------------------------------ cores
