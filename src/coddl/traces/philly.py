@@ -32,7 +32,7 @@ def _seconds(col: Column) -> np.ndarray:
             t = np.array(col.values, dtype="datetime64[s]")
         if not np.isnat(t).any():
             return t.astype(np.int64).astype(np.float64)
-    except (ValueError, TypeError, DeprecationWarning):
+    except (ValueError, TypeError, Warning):  # e.g. a UserWarning on a stamp with a UTC offset
         pass
     return np.array([_cell_seconds(v, col.file, line) for line, v in zip(col.lines, col.values)])
 
