@@ -830,3 +830,10 @@ def test_a_growing_job_fills_its_own_node_though_that_node_has_no_free_core():
     assert p.node_free.tolist() == [2, 1] and p.core.node_free.tolist() == [0, 8]
     got = p.place(cur, [Request("x", 2, cpus=0)], cores)["x"]
     assert got == Placed((1, 2), ())  # its own node, not node b's single free GPU (the best fit)
+
+
+def test_a_type_that_holds_the_job_on_one_node_beats_a_type_with_more_free_gpus_spread_over_nodes():
+    c = mixed(("V100", 3), ("V100", 3), ("K80", 4))
+    p = ConsolidatingPlacer(c)
+    assert p.free_by_type().tolist() == [6, 4]
+    assert p.place({}, [Request("a", 4)])["a"].gpus == (6, 7, 8, 9)  # not V100's 3 + 1
