@@ -112,7 +112,6 @@ class ConsolidatingPlacer:
         self.compiled = True
         # each GPU's proportional block of cores (see _block_cores), made once
         self._gpu_cores = [self._block_cores((g,)) for g in range(cluster.total_gpus)]
-        self._cores_memo: dict[Gpus, Cores] = {}
 
     # views used by the scheduler, the engine's invariant checks and tests
     @property
@@ -418,14 +417,18 @@ class ConsolidatingPlacer:
         return out
 
     def _cores_of(self, gpus: Gpus) -> Cores:
-        """The GPUs' proportional blocks of cores, remembered per GPU set (the same sets recur)."""
-        got = self._cores_memo.get(gpus)
-        if got is None:
-            cores = self._gpu_cores
-            got = tuple(itertools.chain.from_iterable(cores[g] for g in gpus))
-            if len(self._cores_memo) < 1 << 16:
-                self._cores_memo[gpus] = got
-        return got
+        """The GPUs' proportional blocks of cores (``_block_cores``), fast for the common shapes:
+        one GPU is its block, consecutive GPUs of one node one run of cores; others are joined."""
+        if len(gpus) <= 1:
+            return self._gpu_cores[gpus[0]] if gpus else ()
+        node_of, gpu_first, core_first, cpg = self._lists
+        g0, g1 = gpus[0], gpus[-1]
+        n = node_of[g0]
+        if g1 - g0 == len(gpus) - 1 and node_of[g1] == n:
+            base = core_first[n] + (g0 - gpu_first[n]) * cpg[n]
+            return tuple(range(base, base + len(gpus) * cpg[n]))
+        cores = self._gpu_cores
+        return tuple(itertools.chain.from_iterable(cores[g] for g in gpus))
 
     def fragmentation(self) -> float:
         """Share of free GPUs that sit on partially used nodes (0 = every free GPU is on an empty
