@@ -54,7 +54,7 @@ def read_text(path: Path) -> str:
     """The whole file as text (gunzipped when it ends in ``.gz``); I/O problems become TraceError."""
     try:
         raw = path.read_bytes()
-        if path.suffix == ".gz":
+        if path.suffix.lower() == ".gz":  # as the writer and the loader's extensions: any case
             raw = gzip.decompress(raw)
         return raw.decode("utf-8-sig")
     except FileNotFoundError:
