@@ -431,6 +431,21 @@ def test_read_parquet_errors(tmp_path: Path):
     bad.write_text("not\nparquet")
     msg = _err(native.read_parquet, bad)
     assert msg.startswith("b.parquet: not a readable Parquet file (") and "  " not in msg
+    # pyarrow's own words, whitespace collapsed to single spaces
+    assert msg.endswith(": Parquet magic bytes not found in footer. Either the file is corrupted or this is "
+                        "not a parquet file.)")
+
+
+def test_parquet_columns_keep_their_declared_types(tmp_path: Path):
+    """Integral Python values in float columns are still written as doubles (the format's schema),
+    and read back as the same jobs."""
+    import pyarrow.parquet as pq
+    path = tmp_path / "i.parquet"
+    native.write_native([TraceJob("a", 0, 2, duration=5, iterations=7)], path)
+    schema = pq.read_table(path).schema
+    assert [str(schema.field(c).type) for c in ("job_id", "arrival", "num_gpus", "duration", "iterations")] == \
+        ["string", "double", "int64", "double", "double"]
+    assert load_trace(str(path)).jobs == [TraceJob("a", 0.0, 2, duration=5.0, iterations=7.0)]
 
 
 def test_parquet_bad_row_names_the_data_row(tmp_path: Path):
@@ -926,3 +941,10 @@ def test_assemble_keeps_file_order_among_many_ties_and_python_values():
     assert type(t.jobs[0].duration) is float and type(t.jobs[0].num_gpus) is int
     t = T.assemble("n", p, source="", fmt="f", vc="g")
     assert [j.job_id for j in t.jobs][:3] == ["j1", "j3", "j5"] and type(t.jobs[0].duration) is float
+
+
+def test_read_csv_with_carriage_return_line_ends(tmp_path: Path):
+    p = tmp_path / "mac.csv"
+    p.write_bytes(b"job_id,arrival\r\ra,1\rb,2\r")
+    t = T.read_csv(p)
+    assert (t.header, t.header_line, t.lines, t.rows) == (["job_id", "arrival"], 1, [3, 4], [["a", "1"], ["b", "2"]])
