@@ -948,3 +948,17 @@ def test_read_csv_with_carriage_return_line_ends(tmp_path: Path):
     p.write_bytes(b"job_id,arrival\r\ra,1\rb,2\r")
     t = T.read_csv(p)
     assert (t.header, t.header_line, t.lines, t.rows) == (["job_id", "arrival"], 1, [3, 4], [["a", "1"], ["b", "2"]])
+
+
+def test_registry_entries_load_with_their_files_as_source(monkeypatch):
+    from coddl.perf.curves import data_path
+    g = "traces/gavel/msr_philly_seed0/0e4a51.trace.gz"
+    p1, p2 = "traces/pollux/workloads/workload-2.csv", "traces/pollux/workloads/workload-3.csv"
+    reg = {"g": loader._Bundled("gavel", (g,)), "two": loader._Bundled("pollux", (p1, p2))}
+    monkeypatch.setattr(loader, "_registry", lambda: reg)
+    t = load_trace("g")
+    assert t.meta["format"] == "gavel" and t.source == str(data_path(g))
+    assert t.jobs[0].group == "0e4a51" and t.jobs[0].job_id.startswith("0e4a51-")
+    t = load_trace("two")
+    assert t.source == f"{data_path(p1)}, {data_path(p2)}" and t.name == "two"
+    assert [j.job_id for j in t.jobs] == [j.job_id for j in load_trace(str(data_path(p1))).jobs]
