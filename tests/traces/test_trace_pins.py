@@ -897,10 +897,14 @@ def test_read_store_errors(tmp_path: Path):
     from coddl.traces.coddl_store import read_store
 
     store = Store.for_state_dir(tmp_path)
-    store.add_job("c", "carol", {"name": "c", "entrypoint": "m:f", "steps": 1}, 1)
     store.close()
     url = f"sqlite:///{tmp_path / 'coddl.db'}"
-    assert _err(read_store, url, runtime_curves()) == f"{url}: no job to replay (1 never started)"
+    assert _err(read_store, url, runtime_curves()) == f"{url}: no job to replay (no jobs)"
+    store = Store.for_state_dir(tmp_path)
+    store.add_job("c", "carol", {"name": "c", "entrypoint": "m:f", "steps": 1}, 1)
+    store.add_job("d", "dan", {"name": "d", "entrypoint": "m:f", "steps": 1}, 1)
+    store.close()
+    assert _err(read_store, url, runtime_curves()) == f"{url}: no job to replay (2 never started)"
     msg = _err(read_store, "nosuchdialect://x", runtime_curves())
     assert msg.startswith("nosuchdialect://x: cannot open the coddl store (") and msg.endswith(")")
 
