@@ -966,3 +966,25 @@ def test_registry_entries_load_with_their_files_as_source(monkeypatch):
     t = load_trace("two")
     assert t.source == f"{data_path(p1)}, {data_path(p2)}" and t.name == "two"
     assert [j.job_id for j in t.jobs] == [j.job_id for j in load_trace(str(data_path(p1))).jobs]
+
+
+def test_philly_clean_stamps_convert_whole_and_offsets_ignore_the_local_zone(monkeypatch):
+    import time
+    def walked(*a):
+        raise AssertionError("walked cell by cell")
+    with monkeypatch.context() as m:
+        m.setattr(philly, "_cell_seconds", walked)
+        got = philly._seconds(T.Column("f", "timestamp", [2, 3], ["1970-01-01 00:00:10", "1970-01-02 00:00:00"]))
+        assert got.dtype == np.float64 and got.tolist() == [10.0, 86400.0]
+    import os
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    try:  # converted to UTC, not to the local zone
+        assert philly._cell_seconds("1970-01-01T01:00:00+01:00", "f", 2) == 0.0
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
