@@ -988,3 +988,8 @@ def test_philly_clean_stamps_convert_whole_and_offsets_ignore_the_local_zone(mon
         else:
             os.environ["TZ"] = before
         time.tzset()
+
+
+def test_trace_stats_short_span_on_one_gpu():
+    t = Trace("s", [TraceJob("a", 0.0, 1, duration=1.0), TraceJob("b", 0.5, 1, duration=2.0)])
+    assert trace_stats(t, 1).offered_load == 3.0 / 0.5
