@@ -993,3 +993,13 @@ def test_philly_clean_stamps_convert_whole_and_offsets_ignore_the_local_zone(mon
 def test_trace_stats_short_span_on_one_gpu():
     t = Trace("s", [TraceJob("a", 0.0, 1, duration=1.0), TraceJob("b", 0.5, 1, duration=2.0)])
     assert trace_stats(t, 1).offered_load == 3.0 / 0.5
+
+
+def test_poisson_trace_of_two_jobs_on_one_gpu(monkeypatch):
+    sizes = gavel.JobSizeDistribution(np.array([100.0, 300.0]), np.array([1, 2]))
+    monkeypatch.setitem(synthetic.DEMANDS, "tiny", lambda: sizes)
+    t = synthetic.poisson_trace(2, 0.5, 1, seed=0, demand="tiny")
+    span = sum(j.duration for j in t.jobs) / 0.5  # every job fits only as the 1-GPU pair: 100 s each
+    assert [j.duration for j in t.jobs] == [100.0, 100.0]
+    assert [j.arrival for j in t.jobs] == [0.0, pytest.approx(span)]
+    assert t.meta["rate_per_s"] == pytest.approx(1 / span)
