@@ -114,6 +114,10 @@ def workdir(args: list[str], modules: list[str]) -> Path:
     lines = ["", "[tool.mutmut]"] + [f"{k} = {json.dumps(v)}" for k, v in cfg.items()]
     text = base + "\n".join(lines) + "\n"
     if not (d / "pyproject.toml").exists() or (d / "pyproject.toml").read_text() != text:
+        # another set of modules (or settings) for this selection: mutmut's copies and its record
+        # of which test calls which function were made for the old one and would score the new
+        # modules 0/0, then "untested"; start its state afresh (the tracing run is paid again)
+        shutil.rmtree(d / "mutants", ignore_errors=True)
         (d / "pyproject.toml").write_text(text)
     return d
 
