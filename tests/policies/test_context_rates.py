@@ -23,7 +23,8 @@ CURVES = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 4: 4.0}, "flat": {1: 3.
        k=st.one_of(st.integers(0, 12), st.lists(st.integers(0, 12), min_size=30, max_size=30)),
        now=st.floats(0.0, 1e5))
 def test_remaining_time_over_every_row_equals_the_numpy_expression(jobs, k, now) -> None:
-    s = Scheduler(Cluster.for_gpus(16, 8), make_policy("max-min"), CURVES)
+    # 8 GPUs: "odd" is measured to 8, so its last column is not the flat padding beyond a profile
+    s = Scheduler(Cluster.for_gpus(8, 8), make_policy("max-min"), CURVES)
     for i, (model, work, gpus, speed) in enumerate(jobs):
         s.submit(JobSpec(str(i), 0.0, gpus, work, model), 0.0)
         s.set_speed(str(i), speed)
