@@ -146,6 +146,7 @@ def server_stop(state_dir: Optional[Path] = StateOpt,
 
     from coddl.runtime.lease import is_locked, lock_holder
     from coddl.runtime.paths import default_state_dir
+    from coddl.waiting import WaitTimeout, wait_until
 
     sd = state_dir or default_state_dir()
     pid = lock_holder(sd)
@@ -161,12 +162,12 @@ def server_stop(state_dir: Optional[Path] = StateOpt,
         raise fail(f"the server of {sd} (pid {pid}) belongs to another user") from None
     t0 = time.monotonic()
     with console.status(f"stopping the server (pid {pid}): jobs checkpoint and their workers exit…"):
-        while is_locked(sd):
-            if time.monotonic() - t0 > timeout_s:
-                err_console.print(f"[red]error:[/red] the server (pid {pid}) is still stopping after "
-                                  f"{timeout_s:.0f} s; see its log", soft_wrap=True)
-                raise typer.Exit(1)
-            time.sleep(0.2)
+        try:
+            wait_until(lambda: not is_locked(sd), timeout_s, "the server did not stop", interval=0.2)
+        except WaitTimeout:
+            err_console.print(f"[red]error:[/red] the server (pid {pid}) is still stopping after "
+                              f"{timeout_s:.0f} s; see its log", soft_wrap=True)
+            raise typer.Exit(1) from None
     console.print(f"stopped the server of {sd} (pid {pid}) in {time.monotonic() - t0:.1f} s")
 
 

@@ -16,10 +16,11 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
+
+from coddl.waiting import WaitTimeout, wait_until
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
@@ -204,10 +205,10 @@ def tear_down(prefix: str) -> list[str]:
             except ProcessLookupError:
                 pass
     for ns in names:
-        for _ in range(50):  # a killed process may hold the namespace for a moment
-            if not namespace_pids(ns):
-                break
-            time.sleep(0.1)
+        try:  # a killed process may hold the namespace for a moment
+            wait_until(lambda ns=ns: not namespace_pids(ns), 5.0, f"{ns} still has processes", interval=0.1)
+        except WaitTimeout:
+            pass  # deleted anyway: `ip netns delete` only unmounts; the last process frees it
         _run("ip", "netns", "delete", ns, check=False)
     return names
 
