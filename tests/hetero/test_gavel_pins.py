@@ -1,0 +1,191 @@
+"""Gavel pinned with hand-computed values: the equal share and its speed, the job classes, the LP on
+one type (no LP: X is the equal share) and on two, the rounds' priorities (time entitled ÷ time
+received, with one round of prior), the fill of GPUs the LP left idle, mid-round arrivals and
+departures, and the per-job accounting as the job ids grow."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from coddl.core.cluster import Cluster, GpuType, Node
+from coddl.core.job import JobSpec
+from coddl.perf.curves import CurveTable
+from coddl.policies.gavel import Gavel, equal_share_fraction, equal_share_speed, job_classes, max_min_lp
+from coddl.policies.registry import make_policy
+from coddl.scheduler import Scheduler
+
+CURVES = CurveTable.from_points({"a": {1: 1.0, 2: 2.0, 4: 4.0}, "b": {1: 1.0, 2: 2.0, 4: 4.0}})
+# one V100 and one K80; model a runs 5× faster on the V100, model b 1.25×
+TWO = Cluster(nodes=(Node("v0", 1, "V100"), Node("k0", 1, "K80")),
+              gpu_types={"V100": GpuType("V100"), "K80": GpuType("K80", speed=0.25)})
+SPEED = np.array([[1.0, 1.0], [0.2, 0.8]])  # [type, model]
+
+
+def held(s: Scheduler) -> dict[str, tuple[int, int]]:
+    """(GPUs, type index) of every job that holds GPUs."""
+    t = s.table
+    return {t.ids[r]: (int(t.share[r]), int(t.gpu_type[r])) for r in range(t.n) if t.share[r] > 0}
+
+
+# ------------------------------------------------------------------ equal share
+def test_equal_share_fraction_by_hand() -> None:
+    assert equal_share_fraction(np.array([16]), 8) == pytest.approx([0.5])  # larger than the cluster
+    assert equal_share_fraction(np.array([3, 3, 3]), 6) == pytest.approx([2 / 3] * 3)  # level 2
+    assert equal_share_fraction(np.array([2, 2]), 4) == pytest.approx([1.0, 1.0])  # exactly fits
+    assert equal_share_fraction(np.array([2, 4]), 4) == pytest.approx([1.0, 0.5])  # level 2 = the small one
+    # 5 GPUs, demands 4, 1, 1: the two small jobs sit below the level (5 − 2) / 1 = 3
+    assert equal_share_fraction(np.array([4, 1, 1]), 5) == pytest.approx([0.75, 1.0, 1.0])
+    assert equal_share_fraction([1, 2], 8).dtype == np.float64
+
+
+def test_equal_share_speed_spreads_over_the_types_a_job_fits_by_capacity() -> None:
+    # 3 GPUs (2 of type 0, 1 of type 1); demands 2, 1, 4 → level 1: fractions 1/2, 1, 1/4.
+    # Job 0 fits type 0 only: 0.5 × 1. Job 1 fits both, weights 2/3 and 1/3: 2/3 + 1/3 × 0.5.
+    # Job 2 fits no type: 0.
+    speed = np.array([[1.0, 0.5], [1.0, 0.5], [2.0, 1.0]])
+    got = equal_share_speed(speed, np.array([2, 1, 4]), np.array([2, 1]))
+    assert got == pytest.approx([0.5, 5 / 6, 0.0])
+    # two jobs on one V100 and one K80, each half the time on each: 0.5 + 0.5 × 0.25, and 1
+    assert equal_share_speed(np.array([[1.0, 0.25], [1.0, 1.0]]), np.array([1, 1]), np.array([1, 1])) == \
+        pytest.approx([0.625, 1.0])
+
+
+def test_job_classes_group_by_model_and_demand() -> None:
+    # models 1, 0, 1, 1 and demands 2, 1, 2, 1 on types of 2 and 1 GPUs: classes (0, 1), (1, 1),
+    # (1, 2). Equal share of 3 GPUs among demands 2, 1, 2, 1: level 3/4, fractions 3/8 and 3/4.
+    # A 1-GPU job: 3/4 × (2/3 × 1 + 1/3 × 0.5) = 0.625 → 1/0.625 = 1.6 and 0.5/0.625 = 0.8.
+    # A 2-GPU job fits type 0 only: 3/8 × 1 → 8/3, and 0 on type 1.
+    speed = np.tile([1.0, 0.5], (4, 1))
+    c = job_classes(np.array([1, 0, 1, 1]), np.array([2, 1, 2, 1]), speed, np.array([2, 1]))
+    assert c.of_row.tolist() == [2, 0, 2, 1]
+    assert c.count.tolist() == [1, 1, 2] and c.demand.tolist() == [1, 1, 2]
+    assert c.norm_speed == pytest.approx(np.array([[1.6, 0.8], [1.6, 0.8], [8 / 3, 0.0]]))
+    # a job that fits no type has no normalised speed anywhere (and no division by zero)
+    c = job_classes(np.array([0, 0]), np.array([1, 8]), np.ones((2, 2)), np.array([2, 1]))
+    assert c.norm_speed[c.of_row[1]].tolist() == [0.0, 0.0]
+    assert c.norm_speed[c.of_row[0]] == pytest.approx([1.0, 1.0])
+
+
+def test_the_lp_gives_no_time_to_a_class_that_fits_nowhere() -> None:
+    c = job_classes(np.array([0, 0]), np.array([1, 8]), np.ones((2, 2)), np.array([2, 1]))
+    x = max_min_lp(c, np.array([2, 1]))
+    assert x[c.of_row[1]].tolist() == [0.0, 0.0]
+    assert (x[c.of_row[0]] * c.norm_speed[c.of_row[0]]).sum() == pytest.approx(1.0)
+    nowhere = job_classes(np.array([0]), np.array([8]), np.ones((1, 2)), np.array([2, 1]))
+    assert max_min_lp(nowhere, np.array([2, 1])).tolist() == [[0.0, 0.0]]
+
+
+def test_two_jobs_on_two_types_share_both_equally() -> None:
+    """a: normalised speeds 1/0.6 and 0.2/0.6 (its equal share is 0.5 × 1 + 0.5 × 0.2); b: 1/0.9 and
+    0.8/0.9. a on the V100 a fraction p, b on it 1 − p: a = 1/3 + 4p/3, b = 10/9 − 2p/9, equal
+    (both 1) at p = 1/2 — the max-min optimum; all V100 to a would leave b at 8/9."""
+    c = job_classes(np.array([0, 1]), np.array([1, 1]), SPEED.T, np.array([1, 1]))
+    assert c.norm_speed == pytest.approx(np.array([[1 / 0.6, 0.2 / 0.6], [1 / 0.9, 0.8 / 0.9]]))
+    for efficiency in (True, False):
+        x = max_min_lp(c, np.array([1, 1]), efficiency)
+        assert x == pytest.approx(np.full((2, 2), 0.5), abs=1e-4)
+        assert (x * c.norm_speed).sum(axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_heterogeneity_awareness_is_what_reaches_the_optimum(aware: bool) -> None:
+    s = Scheduler(TWO, make_policy(f"gavel:aware={str(aware).lower()}"), CURVES, type_speed=SPEED)
+    s.submit(JobSpec("a0", 0.0, 1, 1e12, "a"), 0.0)
+    s.submit(JobSpec("b0", 0.0, 1, 1e12, "b"), 0.0)
+    s.step(0.0)
+    x = s.policy._class_x
+    true = job_classes(np.array([0, 1]), np.array([1, 1]), SPEED.T, np.array([1, 1])).norm_speed
+    worst = (x * true).sum(axis=1).min()
+    if aware:
+        assert worst == pytest.approx(1.0, abs=1e-5)
+    else:  # every type counts alike: any split is optimal to it, and HiGHS returns a vertex
+        assert worst < 0.95
+        assert x.sum(axis=1) == pytest.approx([1.0, 1.0])
+    assert held(s) == {"a0": (1, 0), "b0": (1, 1)}  # a prefers the V100; b takes what is left
+
+
+# ------------------------------------------------------------------ rounds on one type
+def test_rounds_on_one_type_follow_entitled_over_received_time() -> None:
+    """Four GPUs, three 2-GPU jobs of one model: equal share 4/6 of the time, so X = 2/3 and no LP.
+    Round 0: priorities all 1 (one round of prior, 240 s entitled and received): j0, j1 by arrival.
+    360: entitled 240 + 240 prior each; received j0, j1 360 + 240, j2 240: j2 2.0 first, then
+         j0 and j1 at 0.8, tied; j0 arrived first.
+    720: entitled 720; received j0 960, j1 600, j2 600: j1 and j2 1.2, j0 0.75 waits.
+    1080: all three 1.0: the tie keeps the running jobs (j1, j2) where they are."""
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("gavel"), CURVES)
+    for i in range(3):
+        s.submit(JobSpec(f"j{i}", 0.0, 2, 1e12, "a"), 0.0)
+    want = {0.0: {"j0", "j1"}, 360.0: {"j0", "j2"}, 720.0: {"j1", "j2"}, 1080.0: {"j1", "j2"}}
+    for t, running in want.items():
+        s.step(t)
+        assert set(held(s)) == running, t
+        assert all(v == (2, 0) for v in held(s).values())
+        assert s.next_wakeup(t) == pytest.approx(t + 360.0)
+    assert s.policy._class_x.tolist() == [[pytest.approx(2 / 3)]]
+    uid = s.context(1080.0).jobs.uid
+    assert s.policy._entitled[uid, 0] == pytest.approx([720.0, 720.0, 720.0])
+    assert s.policy._received[uid, 0] == pytest.approx([720.0, 720.0, 720.0])
+
+
+def test_mid_round_arrivals_get_free_gpus_oldest_first_and_the_round_is_kept() -> None:
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("gavel:round_s=1000"), CURVES)
+    s.submit(JobSpec("x", 0.0, 2, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert held(s) == {"x": (2, 0)}
+    # two arrivals at 10, the later-arriving one submitted first: the free 2 GPUs go to "early"
+    s.submit(JobSpec("late", 10.0, 2, 1e12, "a"), 10.0)
+    s.submit(JobSpec("early", 5.0, 2, 1e12, "a"), 10.0)
+    s.step(10.0)
+    assert held(s) == {"x": (2, 0), "early": (2, 0)}
+    assert s.next_wakeup(10.0) == pytest.approx(1000.0)  # still the round that began at 0
+    s.complete("x", 20.0)
+    s.step(20.0)
+    assert held(s) == {"early": (2, 0), "late": (2, 0)}
+
+
+def test_a_job_larger_than_every_type_never_runs_and_demand_is_at_least_the_minimum() -> None:
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("big", 0.0, 8, 1e12, "a", min_gpus=8, max_gpus=8), 0.0)
+    s.submit(JobSpec("small", 0.0, 1, 1e12, "a", min_gpus=2, max_gpus=2), 0.0)
+    s.step(0.0)
+    assert held(s) == {"small": (2, 0)}  # it asked for 1 but needs at least 2
+
+
+def test_without_jobs_the_policy_asks_for_no_wakeup() -> None:
+    pol = Gavel()
+    s = Scheduler(Cluster.for_gpus(4, 4), pol, CURVES)
+    s.submit(JobSpec("x", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert pol.wakeup(s.context(0.0)) == pytest.approx(360.0)
+    s.complete("x", 5.0)
+    ctx = s.context(5.0)
+    assert len(ctx.jobs) == 0 and pol.wakeup(ctx) is None
+    out = pol.allocate(ctx)
+    assert out.gpus.tolist() == [] and out.gpu_type.tolist() == []
+
+
+def test_round_length_message() -> None:
+    with pytest.raises(ValueError, match="^gavel: round_s must be positive, got -5.0$"):
+        make_policy("gavel:round_s=-5")
+
+
+def test_accounting_survives_the_growth_of_its_tables() -> None:
+    """Job uids only grow; past 64 the per-uid tables are reallocated and must keep what they held:
+    one 1-GPU job runs alone for a round (entitled and received 360 s), then 100 jobs arrive."""
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("first", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    for i in range(100):
+        s.submit(JobSpec(f"j{i}", 360.0, 1, 1e12, "a"), 360.0)
+    s.step(360.0)
+    pol = s.policy
+    assert pol._x.shape[0] >= 101
+    assert pol._entitled[0, 0] == pytest.approx(360.0) and pol._received[0, 0] == pytest.approx(360.0)
+    # at 360 the equal share is 1/101 of the time: "first" (priority (360 + 3.56) / (360 + 3.56) = 1)
+    # and the newcomers (1) tie, and the running job stays
+    assert held(s) == {"first": (1, 0)}
+    assert pol._x[0, 0] == pytest.approx(1 / 101)
+    s.step(720.0)  # now "first" is at 1/101 × 720 + prior over 720 + prior: far below 1
+    assert "first" not in held(s)
+    assert pol._received[0, 0] == pytest.approx(720.0)
