@@ -289,3 +289,15 @@ def test_writing_to_a_bad_name_or_place_is_one_line(tmp_path):
         write_profiles(_written(), tmp_path / "out.txt")
     with pytest.raises(ProfileError, match=r"nowhere/out.csv: cannot write: No such file or directory$"):
         write_profiles(_written(), tmp_path / "nowhere" / "out.csv")
+
+
+def test_an_empty_selection_is_an_empty_table_that_still_filters():
+    """``rows.take(rows.gpus > 1)`` of one-GPU rows is empty; filtering it again must not fail, and
+    its integer columns stay integers (an empty list would otherwise become float64)."""
+    empty = _table().take(np.zeros(3, dtype=bool))
+    assert len(empty) == 0 and empty.gpus.dtype == np.int64
+    again = empty.where(cluster="a", model="m", kind="job")
+    assert len(again) == 0 and again.model == []
+    built = ProfileTable.build([])
+    assert len(built) == 0 and built.gpus.dtype == np.int64 and built.cluster == []
+    assert len(built.where(cluster="x")) == 0 and len(built.where(model="x")) == 0 and len(built.where(kind="job")) == 0
