@@ -413,3 +413,40 @@ def test_shareable_jobs_take_spare_gpus_alone_and_share_the_last_one() -> None:
         s.step(0.0)
         assert sorted(s.allocation.gpus) == ["w", "x", "y"] and s.gpus_in_use == 3
         assert (s.allocation.gpus["x"] == s.allocation.gpus["y"]) is together
+
+
+# ---------------------------------------------------------------- step: rows that change but do not move
+def test_a_type_named_for_a_job_already_on_it_moves_nothing_and_the_next_job_still_starts() -> None:
+    """Types A (GPUs 0, 1) and B (2, 3). a (any type) runs on GPU 0, of A. The policy now names A for
+    it and starts b: a's row changes (its table type becomes A) but it keeps its GPU and cores (no
+    action, no resize); b, the row after it, starts."""
+    s, pol = sharing_sched(cluster=two_types(), rule=SharingRule.parse("exclusive"))
+    s.submit(whole("a"), 0.0)
+    s.submit(whole("b"), 0.0)
+    pol.shares = {"a": 1}
+    s.step(0.0)
+    assert s.allocation.gpus == {"a": (0,)} and s.table.gpu_type[:2].tolist() == [-1, -1]
+    cores = s.allocation.cores["a"]
+    pol.shares, pol.types = {"a": 1, "b": 1}, {"a": 0, "b": -1}
+    res = s.step(1.0)
+    assert res.changed.tolist() == [0, 1]
+    assert [(a.job_id, a.kind) for a in res.plan.actions] == [("b", ActionKind.START)]
+    assert s.allocation.gpus["a"] == (0,) and s.allocation.cores["a"] == cores
+    assert s.table.gpu_type[:2].tolist() == [0, -1] and s.table.resizes[:2].tolist() == [0, 0]
+    assert len(s.allocation.gpus["b"]) == 1 and s.gpus_in_use == 2 and s.cores_in_use == 32
+
+
+def test_a_sharing_job_the_policy_puts_on_another_type_keeps_its_gpu() -> None:
+    """s shares GPU 2 (type B) with t; the policy now names type A for s: it stays where it is (a
+    sharing job is on its GPU's type), no action for it."""
+    s, pol = sharing_sched(cluster=two_types())
+    s.submit(shared("s"), 0.0)
+    s.submit(shared("t"), 0.0)
+    pol.shares, pol.types = {"s": 1, "t": 1}, {"s": 1, "t": 1}
+    s.step(0.0)
+    g = s.allocation.gpus["s"]
+    assert g == s.allocation.gpus["t"] and g[0] >= 2
+    pol.types = {"s": 0, "t": 1}
+    res = s.step(1.0)
+    assert res.plan.actions == [] and s.allocation.gpus["s"] == g
+    assert s.table.gpu_type[:2].tolist() == [1, 1] and s.table.resizes[:2].tolist() == [0, 0]
