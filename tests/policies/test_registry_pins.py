@@ -136,3 +136,57 @@ def test_a_made_policy_is_a_fresh_instance_with_its_params() -> None:
 ])
 def test_split_policy_list(text: str, specs: list[str]) -> None:
     assert split_policy_list(text) == specs
+
+
+# ------------------------------------------------------------------ plug-ins, in this process
+PLUGIN = '''
+import numpy as np
+from coddl.policies import Policy, register
+
+@register
+class PinPlugin(Policy):
+    name = "pin-plugin"
+
+    def allocate(self, ctx):
+        return np.zeros(len(ctx.jobs), dtype=np.int64)
+'''
+
+
+def _entry_points(monkeypatch, *eps: tuple[str, str]) -> list[str]:
+    """Entry points of the coddl.policies group as importlib.metadata would list them; the registry
+    starts afresh (a copy: the real one is restored). Returns the groups asked for."""
+    from importlib import metadata
+
+    available()
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_loaded", False)
+    asked: list[str] = []
+    listed = [metadata.EntryPoint(name=n, value=v, group="coddl.policies") for n, v in eps]
+
+    def entry_points(group: str):
+        asked.append(group)
+        return listed if group == "coddl.policies" else []
+
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", entry_points)
+    return asked
+
+
+def test_a_plugin_module_named_by_an_entry_point_is_imported_once(monkeypatch, tmp_path) -> None:
+    (tmp_path / "pin_plugin_module.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    asked = _entry_points(monkeypatch, ("pinned", "pin_plugin_module:PinPlugin"))
+    pols = available()
+    assert pols["pin-plugin"].__module__ == "pin_plugin_module" and "fifo" in pols
+    assert asked == ["coddl.policies"]
+    available()
+    make_policy("fifo")
+    assert asked == ["coddl.policies"]  # loaded once per process
+
+
+def test_a_plugin_that_cannot_be_imported_is_named_in_process(monkeypatch) -> None:
+    _entry_points(monkeypatch, ("broken", "no_such_pin_module_xyz:Thing"))
+    with pytest.raises(PolicySpecError) as e:
+        available()
+    assert str(e.value) == ("policy plug-in 'broken' (no_such_pin_module_xyz:Thing) cannot be imported: "
+                            "No module named 'no_such_pin_module_xyz'")
+    assert e.value.__cause__ is None and e.value.__suppress_context__

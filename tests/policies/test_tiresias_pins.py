@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import reference as ref
+from test_reference_equivalence import run_lockstep
+
 from coddl.core import Cluster, JobSpec
 from coddl.perf.curves import CurveTable
 from coddl.policies.registry import PolicySpecError
@@ -45,7 +48,8 @@ def same(got, want) -> None:
         assert wake == (None if wake2 is None else pytest.approx(wake2)), f"wakeup after the decision at {t}"
 
 
-def test_knob_promotions_and_their_wakeups() -> None:
+@pytest.mark.parametrize("keep", [True, False])
+def test_knob_promotions_and_their_wakeups(keep: bool) -> None:
     """One GPU, threshold 100 GPU-s, knob 2, accumulated waits; A at 0 and B at 50, both long.
     0: A runs, demoted at 100.   50: B waits in the top queue behind A (no promotion to wait for).
     100: A demoted, B runs (demoted at 200); A waits from 100 after running 100 s: promoted at
@@ -57,9 +61,12 @@ def test_knob_promotions_and_their_wakeups() -> None:
     500: B demoted; A (waited 100 + 100 = 200 < 600) resumes; B promoted at 500 + 200 = 700.
     700: B promoted (its run since the promotion at 400: 100 s); demoted at 800; A (ran 500,
          waited 200) at 700 + 1,000 − 200 = 1,500.
-    800: A resumes (waited 300); B, waited 0 since its promotion, at 800 + 200 = 1,000."""
+    800: A resumes (waited 300); B, waited 0 since its promotion, at 800 + 200 = 1,000.
+    Clearing a demotion when a job is given GPUs again (keep_demotion=False) changes nothing here:
+    service is counted since the last promotion, so a resumed job crosses its threshold again at
+    once, and a job left waiting keeps its demotion (and so can be promoted)."""
     specs = [JobSpec("A", 0.0, 1, 5000.0, "lin"), JobSpec("B", 50.0, 1, 5000.0, "lin")]
-    got = decisions(TiresiasL.Params(thresholds=(100.0,), knob=2.0), specs, 1)
+    got = decisions(TiresiasL.Params(thresholds=(100.0,), knob=2.0, keep_demotion=keep), specs, 1)
     same(got, [(0, {"A": 1}, 100), (50, {"A": 1}, 100), (100, {"B": 1}, 200), (200, {"A": 1}, 400),
                (400, {"B": 1}, 500), (500, {"A": 1}, 700), (700, {"B": 1}, 800), (800, {"A": 1}, 1000)])
 
@@ -201,3 +208,99 @@ def test_each_choice_is_checked_with_one_exact_message(field: str, value: str, m
     with pytest.raises(PolicySpecError) as e:
         TiresiasL(TiresiasL.Params(**{field: value}))
     assert str(e.value) == message
+
+
+def test_a_run_shorter_than_a_second_still_counts_the_wait() -> None:
+    """One GPU, threshold 0.5 GPU-s, knob 2; A and B at 0 (A submitted first).
+    0: A runs, demoted at 0.5.   0.5: B runs (demoted at 1); A (ran 0.5 s) promoted at 0.5 + 1 = 1.5.
+    1: both low, A first resumes (waited 0.5); B (ran 0.5) waits from 1: promoted at 2.
+    2: B promoted — a run of half a second is a run — and demoted at 2.5; A (ran 1.5, waited 0.5)
+       at 2 + 3 − 0.5 = 4.5.   2.5: A resumes (waited 1); B promoted at 2.5 + 1 = 3.5."""
+    specs = [JobSpec("A", 0.0, 1, 100.0, "lin"), JobSpec("B", 0.0, 1, 100.0, "lin")]
+    got = decisions(TiresiasL.Params(thresholds=(0.5,), knob=2.0), specs, 1)
+    same(got, [(0, {"A": 1}, 0.5), (0.5, {"B": 1}, 1.0), (1.0, {"A": 1}, 2.0), (2.0, {"B": 1}, 2.5),
+               (2.5, {"A": 1}, 3.5)])
+
+
+def test_a_job_taken_over_with_service_waits_from_its_arrival() -> None:
+    """A job taken over after a controller restart arrives with 200 GPU-s (one GPU, threshold 100,
+    knob 1): it starts demoted and waits from its arrival at 500, so it is promoted at 500 + 200.
+    Y (new, submitted first) runs; it is demoted at 600 but stays ahead of X in the low queue
+    (same arrival, earlier submission) until X's promotion."""
+    pol = TiresiasL(TiresiasL.Params(thresholds=(100.0,), knob=1.0))
+    s = Scheduler(Cluster.for_gpus(1, 1), pol, LIN)
+    s.submit(JobSpec("Y", 500.0, 1, 1e6, "lin"), 500.0)
+    s.submit(JobSpec("X", 500.0, 1, 1e6, "lin"), 500.0, attained_service=200.0)
+    for t, runs, wake in ((500.0, "Y", 600.0), (600.0, "Y", 700.0), (700.0, "X", 800.0)):
+        s.step(t)
+        assert [s.table.ids[r] for r in range(s.table.n) if s.table.share[r]] == [runs], t
+        assert s.next_wakeup(t) == pytest.approx(wake)
+
+
+def test_a_job_exactly_the_tolerance_short_of_its_threshold_has_crossed_it() -> None:
+    # the threshold is 99 + 10⁻⁶ as the policy computes 99 + its tolerance: within it, inclusive
+    got, _, _ = one_decision(TiresiasL.Params(thresholds=(99.0 + 1e-6,), knob=None), [("X", 1, 99.0), ("Y", 1, 0.0)], 1)
+    assert got == {"Y": 1}
+    got, _, _ = one_decision(TiresiasL.Params(thresholds=(99.0 + 2e-6,), knob=None), [("X", 1, 99.0), ("Y", 1, 0.0)], 1)
+    assert got == {"X": 1}
+
+
+def test_a_preempted_job_is_promoted_at_once_by_its_time_not_its_gpu_seconds() -> None:
+    """test_accumulated_waits_and_a_job_promoted_while_preempted on two GPUs with every job asking
+    for both and twice the threshold (200 GPU-s): the same times. At 350 C has run 200 GPU-s = 100 s
+    since its promotion and waited 100 s: promoted at once (counted in GPU-seconds it would not be)."""
+    specs = [JobSpec("A", 0.0, 2, 20_000.0, "lin"), JobSpec("B", 100.0, 2, 60.0, "lin"),
+             JobSpec("C", 150.0, 2, 2_000.0, "lin")]
+    got = decisions(TiresiasL.Params(thresholds=(200.0,), knob=1.0, starvation_wait="accumulated"), specs, 2)
+    same(got, [(0, {"A": 2}, 100), (100, {"B": 2}, 200), (130, {"A": 2}, None), (150, {"C": 2}, 240),
+               (200, {"C": 2}, 240), (240, {"A": 2}, 340), (340, {"C": 2}, 350), (350, {"C": 2}, 440),
+               (440, {"A": 2}, 540)])
+
+
+def test_counting_only_the_current_wait_a_preempted_job_has_waited_nothing() -> None:
+    """One GPU, threshold 0.5 GPU-s, knob 1, current waits; A and B at 0.
+    0.5: A demoted after 0.5 s — preempted, its current wait is 0, so it is not promoted at once; B
+         runs (demoted at 1), A promoted at 0.5 + 0.5 = 1.
+    1: A promoted, runs (demoted at 1.5); B waits from 1: promoted at 1.5. And so on, alternating."""
+    specs = [JobSpec("A", 0.0, 1, 100.0, "lin"), JobSpec("B", 0.0, 1, 100.0, "lin")]
+    got = decisions(TiresiasL.Params(thresholds=(0.5,), knob=1.0, starvation_wait="current"), specs, 1)
+    same(got, [(0, {"A": 1}, 0.5), (0.5, {"B": 1}, 1.0), (1.0, {"A": 1}, 1.5), (1.5, {"B": 1}, 2.0),
+               (2.0, {"A": 1}, 2.5)])
+
+
+@pytest.mark.parametrize("order, first", [("first-start", "A"), ("arrival", "A")])
+def test_ties_go_to_the_earlier_arrival_not_the_earlier_submission(order: str, first: str) -> None:
+    # B (arrives 5) is submitted before A (arrives 1); neither has started: A first either way
+    pol = TiresiasL(TiresiasL.Params(thresholds=(100.0,), knob=None, queue_order=order))
+    s = Scheduler(Cluster.for_gpus(1, 1), pol, LIN)
+    s.submit(JobSpec("B", 5.0, 1, 1e6, "lin"), 5.0)
+    s.submit(JobSpec("A", 1.0, 1, 1e6, "lin"), 5.0)
+    ctx = s.context(5.0)
+    out = pol.allocate(ctx)
+    assert [jid for jid, g in zip(ctx.jobs.ids, out) if g] == [first]
+
+
+def test_a_preempted_job_that_ran_less_than_a_second_is_promoted_at_once_too() -> None:
+    """test_accumulated_waits_and_a_job_promoted_while_preempted with every time and length divided
+    by 128 (exact in binary): at 350/128 C has run 100/128 s (under a second) and waited as long."""
+    k = 128.0
+    specs = [JobSpec("A", 0.0, 1, 10_000.0 / k, "lin"), JobSpec("B", 100.0 / k, 1, 30.0 / k, "lin"),
+             JobSpec("C", 150.0 / k, 1, 1_000.0 / k, "lin")]
+    got = decisions(TiresiasL.Params(thresholds=(100.0 / k,), knob=1.0, starvation_wait="accumulated"), specs, 1)
+    want = [(0, {"A": 1}, 100), (100, {"B": 1}, 200), (130, {"A": 1}, None), (150, {"C": 1}, 240),
+            (200, {"C": 1}, 240), (240, {"A": 1}, 340), (340, {"C": 1}, 350), (350, {"C": 1}, 440),
+            (440, {"A": 1}, 540)]
+    same(got, [(t / k, held, None if w is None else w / k) for t, held, w in want])
+
+
+def test_promotions_at_preemption_by_first_start_match_the_reference() -> None:
+    """The re-fit after a preempted job's promotion orders and backfills as the first fit does: in
+    lockstep with the reference transcription, first-start order and the knob, on a few workloads
+    where such promotions happen."""
+    kw = dict(thresholds=(50.0,), knob=2.0, queue_order="first-start")
+
+    def make():
+        r = ref.TiresiasL(kw["thresholds"], kw["knob"], "attained", "first-start", "accumulated")
+        return TiresiasL(TiresiasL.Params(**kw)), r.decide, None
+
+    assert run_lockstep(make, range(3), rigid=True) > 20
