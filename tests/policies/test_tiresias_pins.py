@@ -71,7 +71,8 @@ def test_knob_promotions_and_their_wakeups(keep: bool) -> None:
                (400, {"B": 1}, 500), (500, {"A": 1}, 700), (700, {"B": 1}, 800), (800, {"A": 1}, 1000)])
 
 
-def test_several_thresholds_given_out_of_order_demote_by_gpu_seconds() -> None:
+@pytest.mark.parametrize("keep", [True, False])
+def test_several_thresholds_given_out_of_order_demote_by_gpu_seconds(keep: bool) -> None:
     """Two GPUs, thresholds (200, 50) — sorted: 50 then 200 GPU-s, three queues; no knob.
     A (2 GPUs, 1,000 iterations) at 0, B (1 GPU) at 10.
     0: A runs, 50 GPU-s on 2 GPUs at 25.   10: B cannot fit beside A (same queue, A first): 25.
@@ -79,9 +80,12 @@ def test_several_thresholds_given_out_of_order_demote_by_gpu_seconds() -> None:
     75: both in queue 1, A first: A runs, its next threshold 200 at 75 + (200 − 50) / 2 = 150.
     150: A in queue 2, B (queue 1) runs, reaches 200 at 150 + 150 = 300.
     300: both in queue 2, A first, no threshold left: no wakeup. A has done 2 × 100 s = 200
-    iterations and ends at 300 + 800 / 2 = 700; then B alone."""
+    iterations and ends at 300 + 800 / 2 = 700; then B alone.
+    Clearing a demotion when a job is given GPUs again (keep_demotion=False) changes nothing with
+    service counted since the last promotion: A, resumed at 75 with 50 GPU-s, is back in queue 1 at
+    once, and its next threshold (200) is still to be waited for."""
     specs = [JobSpec("A", 0.0, 2, 1000.0, "lin"), JobSpec("B", 10.0, 1, 1000.0, "lin")]
-    got = decisions(TiresiasL.Params(thresholds=(200.0, 50.0), knob=None), specs, 2)
+    got = decisions(TiresiasL.Params(thresholds=(200.0, 50.0), knob=None, keep_demotion=keep), specs, 2)
     same(got, [(0, {"A": 2}, 25), (10, {"A": 2}, 25), (25, {"B": 1}, 75), (75, {"A": 2}, 150),
                (150, {"B": 1}, 300), (300, {"A": 2}, None), (700, {"B": 1}, None)])
 

@@ -97,8 +97,7 @@ class TiresiasL(Policy):
             ran = (j.attained - base) / j.requested  # time run since the last promotion
             promote(~running & (queue > 0) & (ran > 0) & (self._waited(now, since, waited, ran) >= p.knob * ran))
         metric = self._metric(ctx, base)
-        crossed = np.searchsorted(self._thr, metric + np.maximum(_EPS_ABS, _EPS_REL * metric), side="right")
-        queue = np.maximum(queue, crossed)
+        queue = np.maximum(queue, self._crossed(metric))
         within = j.first_start if p.queue_order == "first-start" else j.arrival
         admitted = greedy_fit(lexorder(queue, within, j.arrival, j.uid), j.requested, ctx.capacity, p.backfill)
         while p.knob is not None:  # a job preempted while already starved goes back to the top at once
@@ -128,6 +127,10 @@ class TiresiasL(Policy):
             return current
         return waited + np.where(ran > 0, current, 0.0)
 
+    def _crossed(self, metric: np.ndarray) -> np.ndarray:
+        """The queue each service reaches: how many thresholds it has crossed."""
+        return np.searchsorted(self._thr, metric + np.maximum(_EPS_ABS, _EPS_REL * metric), side="right")
+
     def _metric(self, ctx: Context, base: np.ndarray) -> np.ndarray:
         if self.params.service == "since-start":
             return ctx.jobs.service_since_start
@@ -141,13 +144,14 @@ class TiresiasL(Policy):
         p = self.params
         times = []
         # a job (re)started now counts its service since start from 0 from this moment, and one
-        # whose demotion is cleared starts again from the top queue
+        # whose demotion is cleared starts again from the top queue, then crosses what its service
+        # reaches (service since the last promotion is not reset by a restart)
         restart = ~running & (p.service == "since-start")
-        level = queue if p.keep_demotion else np.where(running, queue, 0)
+        m = np.where(restart, 0.0, metric)
+        level = queue if p.keep_demotion else np.where(running, queue, self._crossed(m))
         demotable = admitted & (level < self._thr.size)
         if demotable.any():
-            m = np.where(restart, 0.0, metric)[demotable]
-            times.append(ctx.now + (self._thr[level[demotable]] - m) / j.requested[demotable])
+            times.append(ctx.now + (self._thr[level[demotable]] - m[demotable]) / j.requested[demotable])
         if p.knob is not None:
             ran = (j.attained - base) / j.requested
             wait = ~admitted & (queue > 0) & (ran > 0)
