@@ -450,3 +450,33 @@ def test_a_sharing_job_the_policy_puts_on_another_type_keeps_its_gpu() -> None:
     res = s.step(1.0)
     assert res.plan.actions == [] and s.allocation.gpus["s"] == g
     assert s.table.gpu_type[:2].tolist() == [1, 1] and s.table.resizes[:2].tolist() == [0, 0]
+
+
+# ---------------------------------------------------------------- a sharing rule without sharing jobs; complete
+def test_a_sharing_rule_with_only_whole_jobs_places_them_as_without_one() -> None:
+    got = []
+    for rule in (PACK, None):
+        pol = Given()
+        s = Scheduler(Cluster.for_gpus(4, 2), pol, LIN, sharing=rule, retained=half)
+        s.submit(whole("a", 2), 0.0)
+        s.submit(whole("b", 1), 0.0)
+        pol.shares = {"a": 2, "b": 1}
+        acts = s.step(0.0).plan.actions
+        got.append(([(a.job_id, a.kind, a.new, a.cores) for a in acts], s.gpus_in_use, s.cores_in_use))
+    assert got[0] == got[1]
+    assert got[0][1:] == (3, 48) and [x[2] for x in got[0][0]] == [(0, 1), (2,)]
+
+
+def test_a_finished_job_leaves_no_samples_and_its_id_starts_afresh() -> None:
+    from coddl.policies.base import ThroughputSample
+
+    s, pol = sharing_sched(2, 2, rule=SharingRule.parse("exclusive"))
+    s.submit(whole("x"), 0.0)
+    pol.shares = {"x": 1}
+    s.step(0.0)
+    s.observe("x", ThroughputSample(1.0, 1, 1, 16, 2.0, 2.0))
+    assert list(s.context(1.0).samples) == ["x"]
+    s.complete("x", 2.0)
+    assert s.context(2.0).samples == {}
+    s.submit(whole("x"), 3.0)  # the same id again (a job resubmitted): a new job, it starts
+    assert [a.kind for a in s.step(3.0).plan.actions] == [ActionKind.START]
