@@ -301,3 +301,31 @@ def test_an_empty_selection_is_an_empty_table_that_still_filters():
     built = ProfileTable.build([])
     assert len(built) == 0 and built.gpus.dtype == np.int64 and built.cluster == []
     assert len(built.where(cluster="x")) == 0 and len(built.where(model="x")) == 0 and len(built.where(kind="job")) == 0
+
+
+def test_take_of_no_rows_by_an_empty_list():
+    t = _table(lines=np.array([2, 3, 4])).take([])
+    assert len(t) == 0 and t.lines.tolist() == [] and t.gpus.dtype == np.int64
+
+
+def test_a_table_without_either_batch_column_needs_one_unless_all_rows_are_collectives(tmp_path):
+    header = "model,param_bytes,gpu_type,gpus,iterations_per_s,kind"
+    msg = _one_line_error(_csv(tmp_path, "ar,100,T4,2,5,collective", "m,100,T4,2,5,job", header=header))
+    assert msg == f"mine.csv:1: local_batch: missing column; the header is {header}"
+    t = read_profiles(_csv(tmp_path, "ar,100,T4,2,5,collective", "ar,100,T4,4,3,collective", header=header))
+    assert t.local_batch.tolist() == [0.0, 0.0] and t.is_collective.tolist() == [True, True]
+    t = read_profiles(_csv(tmp_path, "m,100,T4,2,5,16", header="model,param_bytes,gpu_type,gpus,iterations_per_s,"
+                                                                "global_batch"))
+    assert t.local_batch.tolist() == [8.0]
+
+
+def test_parquet_without_pyarrow_is_the_readers_one_line(tmp_path, monkeypatch):
+    from coddl.traces import native
+    from coddl.traces.model import TraceError
+
+    def missing():
+        raise TraceError("Parquet needs pyarrow: pip install 'coddl[parquet]'")
+
+    monkeypatch.setattr(native, "_pyarrow", missing)
+    with pytest.raises(ProfileError, match=r"^Parquet needs pyarrow: pip install 'coddl\[parquet\]'$"):
+        write_profiles(_written(), tmp_path / "out.parquet")
