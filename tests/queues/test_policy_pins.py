@@ -335,3 +335,26 @@ def test_cut_to_fit_cuts_each_type_to_its_capacity() -> None:
     assert cut_to_fit(ctx, np.array([3, 4, 1, 0]), types, False).tolist() == [3, 4, 0, 0]
     assert cut_to_fit(ctx, np.array([3, 4, 1, 0]), types, True).tolist() == [2, 4, 1, 0]
     assert cut_to_fit(ctx, np.array([3, 4, 1, 0]), None, False).tolist() == [3, 4, 1, 0]
+
+
+def test_asked_again_before_its_answer_is_carried_out_a_queue_repeats_its_answer_types_and_cores() -> None:
+    """Two decisions on the same jobs without a step between (what the sharing path does): the
+    second asks no policy and repeats the first answer — GPUs, types and cores — not the shares held."""
+    book = Book()
+    s, p = queued(book, cluster=two_types())
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("B1", "bob", 1, hi=4), 0.0)
+    book.gpus, book.types, book.cpus = {"A1": 3, "B1": 2}, {"A1": 0, "B1": 1}, {"A1": 7}
+    first = p.allocate(s.context(0.0))
+    assert first.gpus.tolist() == [3, 2] and first.gpu_type.tolist() == [0, 1] and first.cpus.tolist() == [7, 16]
+    assert len(book.calls) == 2
+    again = p.allocate(s.context(0.0))
+    assert len(book.calls) == 2
+    assert again.gpus.tolist() == [3, 2] and again.gpu_type.tolist() == [0, 1] and again.cpus.tolist() == [7, 16]
+    # only b asked again (a speed change): a's answer stands as given, b's new one is used
+    s.set_speed("B1", 0.5)
+    book.gpus["B1"] = 4
+    third = p.allocate(s.context(0.0))
+    assert [c[0] for c in book.calls[2:]] == [["B1"]]
+    assert third.gpus.tolist() == [3, 4] and third.gpu_type.tolist() == [0, 1] and third.cpus.tolist() == [7, 32]
+    assert book.calls[2][3] == [1, 4]  # A's 3 of 4 held by a's answer
