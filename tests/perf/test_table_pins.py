@@ -329,3 +329,18 @@ def test_parquet_without_pyarrow_is_the_readers_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(native, "_pyarrow", missing)
     with pytest.raises(ProfileError, match=r"^Parquet needs pyarrow: pip install 'coddl\[parquet\]'$"):
         write_profiles(_written(), tmp_path / "out.parquet")
+
+
+def test_a_typed_parquet_placement_is_named_as_it_was_given(tmp_path):
+    """Parquet keeps types: an integer placement (GPUs on one node) that disagrees with gpus is shown
+    as the number, not as text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"model": ["m"], "param_bytes": [100.0], "gpu_type": ["T4"], "gpus": [4],
+                             "placement": [3], "local_batch": [8.0], "iterations_per_s": [2.0]}), p)
+    assert _one_line_error(p) == "typed.parquet:1: placement: 3 holds 3 GPUs, but gpus is 4"  # Parquet rows count from 1
+    pq.write_table(pa.table({"model": ["m"], "param_bytes": [100.0], "gpu_type": ["T4"], "gpus": [3],
+                             "placement": [3], "local_batch": [8.0], "iterations_per_s": [2.0]}), p)
+    assert read_profiles(p).placement == [(3,)]
