@@ -480,3 +480,28 @@ def test_a_finished_job_leaves_no_samples_and_its_id_starts_afresh() -> None:
     assert s.context(2.0).samples == {}
     s.submit(whole("x"), 3.0)  # the same id again (a job resubmitted): a new job, it starts
     assert [a.kind for a in s.step(3.0).plan.actions] == [ActionKind.START]
+
+
+def test_a_clash_rule_keeps_shareable_jobs_apart() -> None:
+    """One GPU, two shareable jobs (no fraction declared). Without a clash rule they share it; with
+    one that makes every pair clash, only the first runs."""
+    got = []
+    for clash in (None, lambda a, b, t: True):
+        pol = Greedy()
+        s = Scheduler(Cluster.for_gpus(1, 1), pol, LIN, sharing=PACK, retained=half, clash=clash)
+        for j in "xy":
+            s.submit(JobSpec(j, 0.0, 1, 100.0, "lin", max_gpus=1, shareable=True), 0.0)
+        s.step(0.0)
+        got.append(dict(s.allocation.gpus))
+    assert got == [{"x": (0,), "y": (0,)}, {"x": (0,)}]
+
+
+def test_a_first_decision_that_does_not_fit_is_not_asked_again() -> None:
+    """The first step of a sharing run: no packing saves anything, the policy sees the real capacity;
+    its decision (a shared + a whole job on one GPU) does not fit: one call, nothing starts."""
+    s, pol = sharing_sched(1, 1)
+    s.submit(shared("a"), 0.0)
+    s.submit(whole("w"), 0.0)
+    pol.shares = {"a": 1, "w": 1}
+    assert s.step(0.0).plan.actions == []
+    assert len(pol.seen) == 1 and s.allocation.gpus == {}
