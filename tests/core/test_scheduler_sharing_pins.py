@@ -73,7 +73,7 @@ def test_opening_and_emptying_two_shared_gpus_in_one_step_counts_both_gpus_and_t
         s.submit(shared(j), 0.0)
     pol.shares = dict.fromkeys("abcd", 1)
     acts = s.step(0.0).plan.actions
-    assert sorted((a.job_id, a.kind) for a in acts) == [(j, ActionKind.START) for j in "abcd"]
+    assert sorted((a.job_id, a.kind, a.old) for a in acts) == [(j, ActionKind.START, ()) for j in "abcd"]
     assert s.gpus_in_use == 2 and s.cores_in_use == 32
     assert len({s.allocation.gpus[j] for j in "abcd"}) == 2
     assert (~s.placer.free).sum() == 2
@@ -505,3 +505,24 @@ def test_a_first_decision_that_does_not_fit_is_not_asked_again() -> None:
     pol.shares = {"a": 1, "w": 1}
     assert s.step(0.0).plan.actions == []
     assert len(pol.seen) == 1 and s.allocation.gpus == {}
+
+
+def test_service_since_a_start_counts_from_that_start() -> None:
+    """r comes back with 30 GPU-s received and resumes on 2 GPUs at t = 3: since that start it has
+    0, then 2 × 2 = 4 at t = 5 (34 in all); suspended and resumed on 1 GPU at t = 6 (36 in all): 0
+    since, 1 at t = 7."""
+    s, pol = sharing_sched(4, 4, rule=SharingRule.parse("exclusive"))
+    s.submit(whole("r", 2, max_gpus=2), 3.0, attained_service=30.0, first_start=1.0)
+    pol.shares = {"r": 2}
+    assert [a.kind for a in s.step(3.0).plan.actions] == [ActionKind.RESUME]
+    s.set_rate("r", 1.0, 3.0)
+    j = s.context(3.0).jobs
+    assert (j.attained[0], j.service_since_start[0]) == (30.0, 0.0)
+    j = s.context(5.0).jobs
+    assert (j.attained[0], j.service_since_start[0]) == (34.0, 4.0)
+    pol.shares = {}
+    s.step(6.0)
+    pol.shares = {"r": 1}
+    s.step(6.0)
+    j = s.context(7.0).jobs
+    assert (j.attained[0], j.service_since_start[0]) == (37.0, 1.0)
