@@ -210,3 +210,32 @@ def test_policy_defaults_and_description() -> None:
     assert make_policy("tiresias-l:thresholds=10/20+knob=off").describe() == (
         "tiresias-l(thresholds=(10.0, 20.0), knob=None, service=attained, queue_order=arrival, "
         "starvation_wait=accumulated, keep_demotion=True, backfill=True)")
+
+
+def test_greedy_fit_takes_orders_and_demands_as_integers() -> None:
+    # a float order indexes as integers; a fractional demand counts its whole GPUs only (1.5 → 1)
+    assert greedy_fit(np.array([1.0, 0.0]), np.array([1, 1]), 1).tolist() == [False, True]
+    assert greedy_fit(np.array([0, 1]), np.array([1.5, 1.0]), 2).tolist() == [True, True]
+    assert greedy_fit(np.array([0, 1]), [1.9, 1.2], 2).tolist() == [True, True]
+
+
+def test_lexorder_compares_integer_keys_exactly() -> None:
+    # 2⁶⁰ and 2⁶⁰ + 1 are one float: as integers they still order
+    big = np.array([2**60 + 1, 2**60], dtype=np.int64)
+    assert lexorder(big).tolist() == [1, 0]
+    assert lexorder(np.array([1, 1]), big).tolist() == [1, 0]
+
+
+def test_arrival_order_of_rows_given_out_of_order_breaks_ties_by_submission() -> None:
+    # submitted C (arrives 5), A and B (both arrive 1): rows 2, 1 asked for → A (submitted first), B
+    s = scheduler([("C", 5.0, 1, 10.0, "lin"), ("A", 1.0, 1, 10.0, "lin"), ("B", 1.0, 1, 10.0, "lin")])
+    jobs = s.context(5.0).jobs
+    assert arrival_order(jobs, np.array([2, 1])).tolist() == [1, 2]
+    assert arrival_order(jobs, np.array([2, 0, 1])).tolist() == [1, 2, 0]
+
+
+def test_remaining_time_takes_gpu_counts_as_integers() -> None:
+    s = scheduler([("A", 0.0, 1, 12.0, "lin"), ("B", 0.0, 1, 30.0, "flat")])
+    ctx = s.context(0.0)
+    assert ctx.remaining_time(np.array([2.0, 1.0])).tolist() == [6.0, 10.0]
+    assert ctx.remaining_time(3.0).tolist() == [4.0, 10.0]
