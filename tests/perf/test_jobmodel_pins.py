@@ -461,3 +461,15 @@ def test_a_split_that_fails_the_order_check_does_not_end_the_search():
     b = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
     assert compute_floor(b, np.array([2.0, 2.0, 2.2, 2.1, 3.0, 5.0]), 0.03) == (2.0, 2.0)
 
+
+def test_correlations_that_make_a_singular_covariance_are_refused_whatever_the_rounding():
+    """(0.5, 0.5, −0.5) makes the correlation matrix singular (its determinant is 0); with these
+    standard deviations the computed smallest eigenvalue rounds to +4e-19, which a bare `> 0` took
+    for positive, and the first update then failed inverting the covariance ("Singular matrix")."""
+    with pytest.raises(ValueError, match="prior: correlations must make a positive-definite covariance"):
+        Prior(sd=(0.05, 0.2, 0.1), corr=(0.5, 0.5, -0.5))
+    # a perfect correlation whose covariance rounds to a positive smallest eigenvalue (+1.7e-18)
+    with pytest.raises(ValueError, match="prior: correlations must make a positive-definite covariance"):
+        Prior(sd=(0.1, 0.7, 0.3), corr=(1.0, 0.0, 0.0))
+    nearly = Prior(sd=(0.05, 0.2, 0.1), corr=(0.5, 0.5, -0.49))  # nearly singular, but not: accepted
+    assert np.linalg.eigvalsh(nearly.cov).min() > 0

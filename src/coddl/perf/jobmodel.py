@@ -105,7 +105,10 @@ class Prior:
             raise ValueError(f"prior: means must be finite and standard deviations positive, got {self}")
         if not (self.noise > 0 and self.comm_noise > 0 and self.one_gpu_noise > 0):
             raise ValueError("prior: noise levels must be positive")
-        if not all(abs(c) < 1 for c in self.corr) or np.linalg.eigvalsh(self.cov).min() <= 0:
+        # on the correlation matrix (unit diagonal) with a margin for rounding: a singular one's smallest
+        # eigenvalue can round to +1e-18, and the first update then fails to invert the covariance
+        sd = np.asarray(self.sd, dtype=float)
+        if not all(abs(c) < 1 for c in self.corr) or np.linalg.eigvalsh(self.cov / np.outer(sd, sd)).min() <= 1e-12:
             raise ValueError(f"prior: correlations must make a positive-definite covariance, got {self.corr}")
 
     @property
