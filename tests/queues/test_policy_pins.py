@@ -179,23 +179,25 @@ def two_types() -> Cluster:
 
 
 def test_types_chosen_by_one_queue_leave_the_rest_of_that_type_to_the_next() -> None:
-    """Types A and B, 4 GPUs each. a's policy puts A1 on 3 GPUs of A: b's policy sees A's 1 left
-    (and B's 4, within its 4). Next, only b changes (B2 arrives): a's 3 GPUs of A still count."""
+    """Types A and B, 4 GPUs each. a's policy puts A1 on 2 GPUs of A and A0 on 1: b's policy sees
+    A's 1 left (and B's 4, within its 4). Next, only b changes (B2 arrives): a's 3 GPUs of A still
+    count."""
     book = Book()
     s, p = queued(book, cluster=two_types())
-    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("A1", "ann", 1, hi=2), 0.0)
+    s.submit(job("A0", "ann", 1, hi=2), 0.0)
     s.submit(job("B1", "bob", 1, hi=4), 0.0)
-    book.gpus, book.types = {"A1": 3, "B1": 4}, {"A1": 0, "B1": 1}
+    book.gpus, book.types = {"A1": 2, "A0": 1, "B1": 4}, {"A1": 0, "A0": 0, "B1": 1}
     s.step(0.0)
-    assert book.calls == [(["A1"], 4, 32, [4, 4]), (["B1"], 4, 32, [1, 4])]
-    assert held(s) == {"A1": 3, "B1": 4}
-    assert s.table.gpu_type[:2].tolist() == [0, 1]
+    assert book.calls == [(["A1", "A0"], 4, 32, [4, 4]), (["B1"], 4, 32, [1, 4])]
+    assert held(s) == {"A1": 2, "A0": 1, "B1": 4}
+    assert s.table.gpu_type[:3].tolist() == [0, 0, 1]
     book.calls.clear()
     s.submit(job("B2", "bob", 1, hi=4), 1.0)
     book.gpus["B2"] = 0
     s.step(1.0)
     assert book.calls == [(["B1", "B2"], 4, 32, [1, 4])]
-    assert held(s) == {"A1": 3, "B1": 4}
+    assert held(s) == {"A1": 2, "A0": 1, "B1": 4}
 
 
 def test_cores_a_queue_leaves_to_the_placer_are_its_gpus_share() -> None:
@@ -214,6 +216,26 @@ def test_cores_a_queue_leaves_to_the_placer_are_its_gpus_share() -> None:
     s.set_speed("A1", 0.5)
     out = p.allocate(s.context(1.0))
     assert out.cpus.tolist() == [12, 24]
+    # b's policy sets B1's cores (5) once; then only a is asked: B1 keeps its 5, not 3 GPUs' 24
+    book.cpus = {"A1": 12, "B1": 5}
+    s.set_speed("B1", 0.5)
+    s.step(2.0)
+    assert [len(s.allocation.cores[j]) for j in ("A1", "B1")] == [12, 5]
+    s.set_speed("A1", 0.25)
+    out = p.allocate(s.context(3.0))
+    assert [c[0] for c in book.calls[-1:]] == [["A1"]] and out.cpus.tolist() == [12, 5]
+
+
+def test_cores_per_gpu_left_to_the_placer_are_whole_cores() -> None:
+    """6 GPUs, 64 cores: 10 whole cores a GPU (64 // 6). b's 3 GPUs get 30."""
+    small = QueueSet((Queue("a", 3, cohort="lab", users=("ann",)), Queue("b", 3, cohort="lab", users=("bob",))))
+    book = Book()
+    s, p = queued(book, small, gpus=6)
+    s.submit(job("A1", "ann", 1, hi=3), 0.0)
+    s.submit(job("B1", "bob", 1, hi=3), 0.0)
+    book.gpus, book.cpus = {"A1": 2, "B1": 3}, {"A1": 7}
+    out = p.allocate(s.context(0.0))
+    assert out.cpus.tolist() == [7, 30] and out.cpus.dtype.kind == "i"
 
 
 # ---------------------------------------------------------------- wake-ups and reconfiguration
@@ -358,3 +380,87 @@ def test_asked_again_before_its_answer_is_carried_out_a_queue_repeats_its_answer
     assert [c[0] for c in book.calls[2:]] == [["B1"]]
     assert third.gpus.tolist() == [3, 4] and third.gpu_type.tolist() == [0, 1] and third.cpus.tolist() == [7, 32]
     assert book.calls[2][3] == [1, 4]  # A's 3 of 4 held by a's answer
+
+
+
+def test_a_queue_whose_gpus_change_is_asked_again_though_its_cores_do_not() -> None:
+    """A1 (1..8, at most 4 cores) alone: a's 8 GPUs (b lends its 4), 4 cores. B1 arrives (1..4, 4
+    cores): a is down to its own 4 GPUs, still 4 cores — its policy must decide again."""
+    book = Book()
+    s, p = queued(book)
+    s.submit(job("A1", "ann", 1, hi=8, max_cpus=4), 0.0)
+    book.gpus = {"A1": 8, "B1": 4}
+    s.step(0.0)
+    assert book.calls == [(["A1"], 8, 4, [8])] and held(s) == {"A1": 8}
+    s.submit(job("B1", "bob", 1, hi=4, max_cpus=4), 1.0)
+    book.gpus["A1"] = 4
+    s.step(1.0)
+    assert book.calls[1:] == [(["A1"], 4, 4, [4]), (["B1"], 4, 4, [4])]
+    assert held(s) == {"A1": 4, "B1": 4}
+
+
+def test_a_queue_entitled_to_nothing_is_skipped_and_the_next_still_decides() -> None:
+    """a has no quota and no cohort: entitled to nothing, A1 gets 0 and a's policy is not asked;
+    b, after it, decides. When A1 leaves, a's bookkeeping goes."""
+    qs = QueueSet((Queue("a", 0, users=("ann",)), Queue("b", 8, users=("bob",))))
+    book = Book()
+    s, p = queued(book, qs)
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("B1", "bob", 1, hi=4), 0.0)
+    book.gpus = {"A1": 4, "B1": 4}
+    s.step(0.0)
+    assert book.calls == [(["B1"], 4, 32, [4])] and held(s) == {"B1": 4}
+    assert s.next_wakeup(0.0) is None
+    again = p.allocate(s.context(1.0))  # nothing changed: a still skipped, without an answer to repeat
+    assert again.gpus.tolist() == [0, 4] and len(book.calls) == 1
+    s.complete("A1", 2.0)
+    s.step(2.0)
+    assert s.next_wakeup(2.0) is None and 0 not in p._wakes and 0 not in p._signature
+
+
+def test_the_queue_lookup_grows_exactly_at_its_size() -> None:
+    qs = QueueSet((Queue("a", 2, users=("ann",)), Queue("b", 2, users=("bob",))))
+    s, p = queued(Book(), qs, gpus=4)
+    users = ["ann", "bob", "zed", "bob", "ann", "bob", "zed"]
+    want = [0, 1, 2, 1, 0, 1, 2]
+    for n in range(1, len(users) + 1):  # one job more at a time: uid n - 1 reaches the table's size
+        s.submit(job(f"j{n}", users[n - 1], 1), 0.0)
+        assert p.queue_rows(s.context(0.0)).tolist() == want[:n]
+
+
+def test_a_queue_policys_type_over_its_capacity_is_cut() -> None:
+    """a's policy takes A's 4 GPUs; b's puts B1 on 2 of B and B2 on 2 of A, which has none left:
+    B2 is cut to its minimum (1) and, still over A's 0, stopped."""
+    book = Book()
+    s, p = queued(book, cluster=two_types())
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("B1", "bob", 2, lo=2, hi=2), 0.0)
+    s.submit(job("B2", "bob", 1, lo=1, hi=2), 0.0)
+    book.gpus, book.types = {"A1": 4, "B1": 2, "B2": 2}, {"A1": 0, "B1": 1, "B2": 0}
+    out = p.allocate(s.context(0.0))
+    assert book.calls[1][3] == [0, 4]
+    assert out.gpus.tolist() == [4, 2, 0] and out.gpu_type.tolist() == [0, 1, 0]
+
+
+def test_partition_rows_stay_in_table_order_within_a_queue_on_many_jobs() -> None:
+    rng = np.random.default_rng(7)
+    q = rng.integers(0, 3, 200)
+    got = list(QueuedPolicy._partition(q))
+    assert [qi for qi, _ in got] == [0, 1, 2]
+    for qi, rows in got:
+        assert rows.tolist() == np.flatnonzero(q == qi).tolist()
+
+
+def test_cut_to_fit_counts_a_suspended_job_as_not_running() -> None:
+    """J4 ran from t=0 and was suspended at t=5: it holds nothing, so it is the first left out,
+    before J2 (started last)."""
+    book = Book()
+    s = Scheduler(Cluster.for_gpus(8, 4), fixed(book)(), LIN)
+    for jid in ("J0", "J1", "J2", "J3", "J4"):
+        s.submit(JobSpec(jid, 0.0, 1, 1e6, "lin", min_gpus=1, max_gpus=4), 0.0)
+    book.gpus = {"J0": 3, "J4": 2}
+    s.step(0.0)
+    book.gpus = {"J0": 3, "J1": 4, "J2": 1}
+    s.step(5.0)
+    ctx = dataclasses.replace(s.context(6.0), capacity=8)
+    assert cut_to_fit(ctx, np.array([3, 4, 1, 0, 2]), None, False).tolist() == [3, 4, 1, 0, 0]
