@@ -183,10 +183,21 @@ def test_a_plugin_module_named_by_an_entry_point_is_imported_once(monkeypatch, t
     assert asked == ["coddl.policies"]  # loaded once per process
 
 
-def test_a_plugin_that_cannot_be_imported_is_named_in_process(monkeypatch) -> None:
-    _entry_points(monkeypatch, ("broken", "no_such_pin_module_xyz:Thing"))
+@pytest.mark.parametrize("value", ["no_such_pin_module_xyz:Thing", "no_such_pin_module_xyz"])
+def test_a_plugin_that_cannot_be_imported_is_named_in_process(monkeypatch, value: str) -> None:
+    _entry_points(monkeypatch, ("broken", value))  # a module and an attribute, or the module alone
     with pytest.raises(PolicySpecError) as e:
         available()
-    assert str(e.value) == ("policy plug-in 'broken' (no_such_pin_module_xyz:Thing) cannot be imported: "
+    assert str(e.value) == (f"policy plug-in 'broken' ({value}) cannot be imported: "
                             "No module named 'no_such_pin_module_xyz'")
     assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_a_value_may_contain_an_equals_sign_and_every_parameter_is_listed() -> None:
+    with pytest.raises(PolicySpecError) as e:
+        make_policy("tiresias-l:service=a=b")
+    assert str(e.value) == "tiresias-l: service must be 'attained' or 'since-start', got 'a=b'"
+    with pytest.raises(PolicySpecError) as e:
+        make_policy("tiresias-l:slice=1")
+    assert str(e.value) == ("tiresias-l: unknown parameter 'slice'; valid parameters: thresholds, knob, service, "
+                            "queue_order, starvation_wait, keep_demotion, backfill")
