@@ -151,3 +151,28 @@ def test_the_colocation_table_for_the_packer():
     # indices past the table (models added later) are the unknown pair's fallback, never a clash
     assert t(3, 0, 2) == t.fallback[2] and t(0, 3, 0) == t.fallback[0] and t(3, 3, 1) == t.fallback[1]
     assert not t.clashes(3, 0, 0) and not t.clashes(0, 3, 0)
+
+
+def test_leave_one_out_by_hand_on_two_job_types():
+    """f(a|b) = 0.8 and f(b|b) = 0.5, nothing else measured. Each fit below sees at most one pair,
+    which the unregularised offset c takes whole (s = p = 0), so every prediction is by hand:
+    * pair (a, b) held out: c = logodds(0.5) → 0.5, error |0.5 − 0.8|/0.8 = 37.5%;
+      pair (b, b) held out: c = logodds(0.8) → 0.8, error |0.8 − 0.5|/0.5 = 60%;
+      mean 48.75%, p90 37.5 + 0.9·22.5 = 57.75%, worst 60%; the median baseline is the same;
+    * job a held out: (b, b) alone fits c = 0, so (a, b) → 0.5: 37.5%;
+      job b held out: nothing left, the no-slowdown model (0.99): (a, b) 23.75%, (b, b) 98%;
+      mean (37.5 + 23.75 + 98)/3 = 53.083%, worst 98%."""
+    f = np.array([[np.nan, 0.8], [np.nan, 0.5]])
+    acc = leave_one_out(PairMeasurements("X", ("a", "b"), f))
+    assert acc.pairs == 2
+    assert (acc.pair_mape, acc.pair_p90, acc.pair_worst) == pytest.approx((48.75, 57.75, 60.0))
+    assert (acc.job_mape, acc.job_worst) == pytest.approx((53.083333333, 98.0))
+    assert acc.baseline_mape == pytest.approx(48.75)
+
+
+def test_leave_one_out_uses_the_default_ridge_of_the_fit():
+    s, p = np.array([0.6, -0.2, 0.0, -0.4]), np.array([0.5, -0.5, 0.25, -0.25])
+    f = 1.0 / (1.0 + np.exp(-0.3 + s[:, None] + p[None, :]))
+    m = PairMeasurements("X", ("a", "b", "c", "d"), f)
+    assert leave_one_out(m) == leave_one_out(m, ridge=1e-2)
+    assert leave_one_out(m) != leave_one_out(m, ridge=1.0)
