@@ -189,3 +189,29 @@ def test_accounting_survives_the_growth_of_its_tables() -> None:
     s.step(720.0)  # now "first" is at 1/101 × 720 + prior over 720 + prior: far below 1
     assert "first" not in held(s)
     assert pol._received[0, 0] == pytest.approx(720.0)
+
+
+def test_a_class_that_fits_nowhere_does_not_hold_the_minimum_at_zero() -> None:
+    """The two jobs of test_two_jobs_on_two_types_share_both_equally plus an 8-GPU job that fits no
+    type. The equal share of 2 GPUs among demands 1, 1, 8 is a level of 2/3 (fractions 2/3, 2/3,
+    1/12), so a's normalised speeds are 1.5 × (1/0.6, 0.2/0.6) = (2.5, 0.5) and b's 1.5 × (1/0.9,
+    0.8/0.9). The max-min optimum still splits both types evenly: 1.5 each. Were the big job's
+    row (z ≤ 0) in the LP, every X would be max-min optimal and the second stage would give the
+    V100 to a alone (total 2.5 + 4/3, minimum 4/3)."""
+    c = job_classes(np.array([0, 1, 0]), np.array([1, 1, 8]), np.array([[1.0, 0.2], [1.0, 0.8], [1.0, 0.2]]),
+                    np.array([1, 1]))
+    assert c.norm_speed[c.of_row[0]] == pytest.approx([2.5, 0.5])
+    x = max_min_lp(c, np.array([1, 1]))
+    got = (x * c.norm_speed).sum(axis=1)[c.of_row]
+    assert got[:2] == pytest.approx([1.5, 1.5], abs=1e-5)
+    assert x[c.of_row[:2]] == pytest.approx(np.full((2, 2), 0.5), abs=1e-4)
+    assert x[c.of_row[2]].tolist() == [0.0, 0.0]
+
+
+def test_the_solver_writes_no_log(capfd) -> None:
+    # HiGHS logs every solve to the process's stdout unless told not to (a line per solve per round)
+    c = job_classes(np.array([0, 1]), np.array([1, 1]), SPEED.T, np.array([1, 1]))
+    capfd.readouterr()
+    max_min_lp(c, np.array([1, 1]))
+    out, err = capfd.readouterr()
+    assert "Model status" not in out + err and "Presolving" not in out + err
