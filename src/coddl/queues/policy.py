@@ -196,8 +196,7 @@ class QueuedPolicy(Policy):
         for qi, rows in self._partition(q):
             present.add(qi)
             if qi in self._ran or qi not in self._wakes:
-                cap = int(self._entitled[0, qi]) if qi < self._entitled.shape[1] else 0
-                cores = int(self._entitled[1, qi]) if qi < self._entitled.shape[1] else 0
+                cap, cores = int(self._entitled[0, qi]), int(self._entitled[1, qi])  # one column per queue
                 sub = self._sub_context(ctx, rows, cap, cores, np.minimum(ctx.capacity_by_type, cap))
                 self._wakes[qi] = self.policy_of(self.queues.names[qi]).wakeup(sub)
         self._ran = set()
