@@ -176,3 +176,47 @@ def test_leave_one_out_uses_the_default_ridge_of_the_fit():
     m = PairMeasurements("X", ("a", "b", "c", "d"), f)
     assert leave_one_out(m) == leave_one_out(m, ridge=1e-2)
     assert leave_one_out(m) != leave_one_out(m, ridge=1.0)
+
+
+def test_a_held_out_job_is_guessed_as_a_job_never_measured():
+    """The job half of leave_one_out: with one job type's pairs removed, the fit on the others
+    answers for that job exactly as for a stranger (s = p = 0 on its side, the fitted terms on the
+    other side), and the error is relative to the measured fraction."""
+    s, p = np.array([0.6, -0.2, 0.0, -0.4]), np.array([0.5, -0.5, 0.25, -0.25])
+    f = 1.0 / (1.0 + np.exp(-0.3 + s[:, None] + p[None, :]))
+    f[2, 1] = np.nan
+    names = ("a", "b", "c", "d")
+    m = PairMeasurements("X", names, f)
+    errors = []
+    for a in range(4):
+        hidden = f.copy()
+        hidden[a, :] = hidden[:, a] = np.nan
+        fit = InterferenceModel.fit(PairMeasurements("X", names, hidden), ridge=0.5)
+        for x in range(4):
+            for y in range(4):
+                if (x == a or y == a) and not np.isnan(f[x, y]):
+                    guess = fit.retained("stranger" if x == a else names[x], "stranger" if y == a else names[y])
+                    assert guess.source == "fallback"
+                    errors.append(100 * abs(guess.fraction - f[x, y]) / f[x, y])
+    acc = leave_one_out(m, ridge=0.5)
+    assert acc.job_mape == pytest.approx(np.mean(errors)) and acc.job_worst == pytest.approx(max(errors))
+    assert acc.job_mape != pytest.approx(leave_one_out(m).job_mape)  # the ridge reaches the job fits too
+
+
+def test_a_clash_measured_one_way_keeps_the_pair_apart_both_ways(monkeypatch):
+    """Gavel's 0 for (a beside b) marks a clash for the pair whichever way it was measured; a pair
+    measured above 0 is used as measured; an unmeasured pair is the model's."""
+    from coddl.perf import interference
+
+    types = ("ResNet-18 (batch size 16)", "ResNet-50 (batch size 32)")
+    table = PairMeasurements("V100", types, np.array([[0.6, 0.0], [0.7, np.nan]]))
+    monkeypatch.setattr(interference, "load_gavel_pairs", lambda key: table)
+    t = ColocationTable.build(("V100",), ["pollux-cifar10@16", "Resnet50Model32", "VideopredictionModel64"])
+    model = InterferenceModel.fit(table)
+    assert t.clash[0].tolist() == [[False, True, False], [True, False, False], [False, False, False]]
+    assert t(0, 0, 0) == 0.6 and t(1, 0, 0) == 0.7
+    assert t(0, 1, 0) == pytest.approx(model.predict(0, 1)) and t(0, 1, 0) > 0.0
+    assert t(1, 1, 0) == pytest.approx(model.predict(1, 1))
+    assert t.source[0].tolist() == [["measured", "measured", "fallback"], ["measured", "model", "fallback"],
+                                    ["fallback"] * 3]
+    assert t(2, 2, 0) == t.fallback[0] == pytest.approx(1 / (1 + math.exp(model.offset)))
