@@ -145,13 +145,15 @@ class TiresiasL:
     simulator's rule — the demotion is cleared whenever the job is given GPUs again."""
 
     def __init__(self, thresholds: tuple[float, ...], knob: float | None, service: str = "attained",
-                 queue_order: str = "arrival", waits: str = "accumulated", clear: bool = False) -> None:
+                 queue_order: str = "arrival", waits: str = "accumulated", clear: bool = False,
+                 backfill: bool = True) -> None:
         self.thr = sorted(thresholds)
         self.knob = knob
         self.service = service
         self.queue_order = queue_order
         self.waits = waits
         self.clear = clear
+        self.backfill = backfill
         self.state: dict[int, tuple[int, float, float, float]] = {}  # uid → queue, base, waiting since, waited
 
     def decide(self, ctx: Context) -> list[int]:
@@ -176,7 +178,7 @@ class TiresiasL:
         within = jb.first_start if self.queue_order == "first-start" else jb.arrival
         while True:
             order = sorted(range(jb.n), key=lambda r: (queue[r], within[r], jb.arrival[r], jb.uid[r]))
-            got = walk(order, jb.req, ctx.capacity)
+            got = walk(order, jb.req, ctx.capacity, self.backfill)
             # a running job preempted now whose earlier waits already meet the knob is promoted now
             bounced = [r for r in range(jb.n) if self.knob is not None and jb.share[r] > 0 and not got[r]
                        and queue[r] > 0 and jb.attained[r] > base[r]

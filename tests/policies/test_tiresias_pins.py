@@ -308,3 +308,14 @@ def test_promotions_at_preemption_by_first_start_match_the_reference() -> None:
         return TiresiasL(TiresiasL.Params(**kw)), r.decide, None
 
     assert run_lockstep(make, range(3), rigid=True) > 20
+
+
+def test_promotions_at_preemption_without_backfilling_match_the_reference() -> None:
+    """As above with backfilling off: the re-fit stops at the first job that does not fit, too."""
+    kw = dict(thresholds=(50.0,), knob=2.0, backfill=False)
+
+    def make():
+        r = ref.TiresiasL(kw["thresholds"], kw["knob"], "attained", "arrival", "accumulated", backfill=False)
+        return TiresiasL(TiresiasL.Params(**kw)), r.decide, None
+
+    assert run_lockstep(make, range(3), rigid=True) > 20
