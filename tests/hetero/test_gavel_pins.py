@@ -215,3 +215,19 @@ def test_the_solver_writes_no_log(capfd) -> None:
     max_min_lp(c, np.array([1, 1]))
     out, err = capfd.readouterr()
     assert "Model status" not in out + err and "Presolving" not in out + err
+
+
+def test_the_second_stage_gives_spare_fast_time_to_the_job_that_gains_from_it() -> None:
+    """Two types of 2 GPUs; jobs of 1, 1 and 2 GPUs that all fit both: every one runs all the time on
+    an equal share (4 GPUs for 4), spread half and half. Job 0 runs at half speed on type 1 (normalised
+    4/3 and 2/3), jobs 1 and 2 alike on both (1 and 1). No job 1 or 2 can pass 1, so the max-min
+    optimum is 1; at it, the most total is job 0 all the time on type 0 (4/3) and jobs 1 and 2 at 1
+    on what is left (which way they split it is the solver's choice)."""
+    c = job_classes(np.array([0, 1, 2]), np.array([1, 1, 2]), np.array([[1.0, 0.5], [1.0, 1.0], [1.0, 1.0]]),
+                    np.array([2, 2]))
+    assert c.norm_speed == pytest.approx(np.array([[4 / 3, 2 / 3], [1.0, 1.0], [1.0, 1.0]]))
+    x = max_min_lp(c, np.array([2, 2]))
+    assert (x * c.norm_speed).sum(axis=1) == pytest.approx([4 / 3, 1.0, 1.0], abs=1e-5)
+    assert x[0] == pytest.approx([1.0, 0.0], abs=1e-5)
+    only = max_min_lp(c, np.array([2, 2]), efficiency=False)
+    assert (only * c.norm_speed).sum(axis=1).min() == pytest.approx(1.0, abs=1e-6)
