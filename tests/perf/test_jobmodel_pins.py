@@ -66,7 +66,7 @@ def test_a_prior_needs_finite_means_and_positive_finite_sds(kwargs):
 @pytest.mark.parametrize("name", ["noise", "comm_noise", "one_gpu_noise"])
 @pytest.mark.parametrize("value", [0.0, -0.1])
 def test_a_prior_needs_positive_noise_levels(name, value):
-    with pytest.raises(ValueError, match="prior: noise levels must be positive"):
+    with pytest.raises(ValueError, match="^prior: noise levels must be positive$"):
         Prior(**{name: value})
 
 
@@ -232,7 +232,10 @@ def test_overlap_by_hand():
     assert overlapped(3.0, 4.0, 2.0) == pytest.approx(5.0)
     assert overlapped(4.0, 3.0, 2.0) == pytest.approx(5.0)
     assert overlapped(2.0, 0.0, 1.7) == pytest.approx(2.0)
-    assert overlapped(0.0, 0.0, 1.7) == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0, no uninitialised output where both parts are 0
+        assert overlapped(np.zeros(3), np.array([0.0, 1.0, 0.0]), 1.7).tolist() == [0.0, 1.0, 0.0]
+        assert overlapped(0.0, 0.0, 1.7) == 0.0
     g = float(gamma_of(0.5))
     assert overlapped(1.0, 1.0, g) == pytest.approx(2 - 0.5)  # ρ: the share hidden when both are equal
     out = overlapped(np.array([1.0, 8.0]), np.array([1.0, 6.0]), np.array([1.0, 2.0]))
@@ -473,3 +476,27 @@ def test_correlations_that_make_a_singular_covariance_are_refused_whatever_the_r
         Prior(sd=(0.1, 0.7, 0.3), corr=(1.0, 0.0, 0.0))
     nearly = Prior(sd=(0.05, 0.2, 0.1), corr=(0.5, 0.5, -0.49))  # nearly singular, but not: accepted
     assert np.linalg.eigvalsh(nearly.cov).min() > 0
+
+
+def test_the_second_start_prices_the_belief_with_the_device_floor():
+    # 8 samples: the line gives 0.4 s but the floor 2 s; with S = 0.1 the belief predicts 2.1 s, as measured
+    prior = Prior(noise=0.05)
+    j = JobModel("m", 1e8, 1.0, 32.0, theta_of(0.2, 1.0, 0.0), prior.cov, prior, t_floor=2.0)
+    steps = Steps(np.array([8.0]), np.array([0.1]), np.array([2.1]), np.full(1, NAN))
+    assert _comm_start(j, steps, j.theta) is None
+
+
+def test_a_step_faster_than_its_compute_needs_almost_no_communication():
+    # γ = 1, C = 1: a 10 s step needs 9 s of exposed all-reduce, a 0.5 s one (faster than C) needs
+    # C/T held just under 1: 0.5 · 1e-9 s; log η is the median of log(need / A) over both
+    prior = Prior(noise=0.05)
+    j = JobModel("m", 1e8, 1.0, 32.0, theta_of(0.2, 1.0, 0.0), prior.cov, prior)
+    steps = Steps(np.array([32.0, 32.0]), np.array([0.1, 0.1]), np.array([10.0, 0.5]), np.full(2, NAN))
+    start = _comm_start(j, steps, j.theta)
+    assert start[1] == pytest.approx((math.log(9.0 / 0.1) + math.log(0.5e-9 / 0.1)) / 2, rel=1e-6)
+    # the same steps against a 100 s all-reduce the belief prices at e^-10 of it: log η would be −14.2,
+    # below the bound −12
+    far = JobModel("m", 1e8, 1.0, 32.0, theta_of(0.2, math.exp(-10.0), 0.0), prior.cov, prior)
+    steps = Steps(np.array([32.0, 32.0]), np.array([100.0, 100.0]), np.array([10.0, 0.5]), np.full(2, NAN))
+    assert (math.log(9.0 / 100) + math.log(0.5e-9 / 100)) / 2 < -14
+    assert _comm_start(far, steps, far.theta)[1] == THETA_LOWER[1] == -12.0
