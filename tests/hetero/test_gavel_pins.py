@@ -231,3 +231,15 @@ def test_the_second_stage_gives_spare_fast_time_to_the_job_that_gains_from_it() 
     assert x[0] == pytest.approx([1.0, 0.0], abs=1e-5)
     only = max_min_lp(c, np.array([2, 2]), efficiency=False)
     assert (only * c.norm_speed).sum(axis=1).min() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_tables_grow_when_a_job_id_reaches_their_size() -> None:
+    # the first decision makes room for 64 job ids (0 … 63); job id 64 needs one more row
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("first", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert s.policy._x.shape == (64, 1)
+    for i in range(64):
+        s.submit(JobSpec(f"j{i}", 360.0, 1, 1e12, "a"), 360.0)
+    s.step(360.0)
+    assert s.policy._x.shape[0] >= 65 and s.policy._x[64, 0] == pytest.approx(1 / 65)
