@@ -141,7 +141,8 @@ def parse_yaml_spec(text: str, source: str = "cluster spec") -> Cluster:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise ClusterSpecError(f"{source}: {where}not valid YAML ({getattr(e, 'problem', None) or e})") from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, whatever PyYAML wrote
+        raise ClusterSpecError(f"{source}: {where}not valid YAML ({problem})") from None
     if not isinstance(data, dict):
         raise ClusterSpecError(f"{source}: expected a mapping with gpu_types and nodes, got {type(data).__name__}")
     try:
