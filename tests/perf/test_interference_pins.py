@@ -16,8 +16,8 @@ from coddl.perf.interference import (CAP, Accuracy, ColocationTable, Interferenc
 
 PAIRS = {
     "v100": {
-        "('A', 1)": {"null": 10.0, "('A', 1)": [6.0, 6.0], "('B', 1)": [5.0, 8.0], "('B', 2)": [1.0, 1.0],
-                     "('Z', 1)": [3.0, 3.0]},
+        "('A', 1)": {"null": 10.0, "('B', 2)": [1.0, 1.0], "('Z', 1)": [3.0, 3.0], "('A', 1)": [6.0, 6.0],
+                     "('B', 1)": [5.0, 8.0]},
         "('B', 1)": {"null": 8.0, "('A', 1)": [12.0, 4.0], "('C', 1)": [0.0, 0.0]},
         "('C', 1)": {"null": 0.0, "('A', 1)": [2.0, 1.0]},
         "('A', 2)": {"null": 15.0, "('A', 2)": [1.0, 1.0]},
@@ -220,3 +220,21 @@ def test_a_clash_measured_one_way_keeps_the_pair_apart_both_ways(monkeypatch):
     assert t.source[0].tolist() == [["measured", "measured", "fallback"], ["measured", "model", "fallback"],
                                     ["fallback"] * 3]
     assert t(2, 2, 0) == t.fallback[0] == pytest.approx(1 / (1 + math.exp(model.offset)))
+
+
+def test_the_ridge_shrinks_sensitivity_and_pressure_and_defaults_to_one_hundredth():
+    s, p = np.array([0.6, -0.2, 0.0, -0.4]), np.array([0.5, -0.5, 0.25, -0.25])
+    f = 1.0 / (1.0 + np.exp(-0.3 + s[:, None] + p[None, :]))
+    m = PairMeasurements("X", ("a", "b", "c", "d"), f)
+    exact, default, strong = (InterferenceModel.fit(m, ridge=r) for r in (1e-12, 1e-2, 1.0))
+    size = [float(np.abs(np.r_[t.sensitivity, t.pressure]).sum()) for t in (exact, default, strong)]
+    assert size[0] > size[1] > size[2] > 0.0
+    assert size[0] == pytest.approx(float(np.abs(np.r_[s, p]).sum()), rel=1e-6)  # centred s and p come back
+    d = InterferenceModel.fit(m)
+    assert d.sensitivity.tolist() == default.sensitivity.tolist() and d.offset == default.offset
+
+
+def test_a_fraction_may_exceed_one_by_rounding_only():
+    PairMeasurements("X", ("a",), np.array([[1.0 + 1e-9]]))
+    with pytest.raises(ValueError, match="must lie in"):
+        PairMeasurements("X", ("a",), np.array([[1.0 + 2e-9]]))
