@@ -50,6 +50,8 @@ def test_depth_sixteen_read_the_seventeenth_refused_on_its_line():
     assert len(load(wide)["a"]) == 3
     assert str(_err("x: 1\ny:\n  z:\n    - " + "[" * 14 + "1" + "]" * 14 + "\n")) == \
         "line 4: nested more than 16 levels deep"
+    # a finished child gives back its level, not more: the second item of the 15th level is the 17th
+    assert str(_err("a: " + "[" * 14 + "0, [1]" + "]" * 14)) == "line 1: nested more than 16 levels deep"
 
 
 def test_values_ten_thousand_read_one_more_refused_where_it_is():
@@ -144,3 +146,77 @@ def test_read_file(tmp_path: Path):
     assert read(None, name="dir.yaml") == (f"{tmp_path / 'dir.yaml'}: cannot read: Is a directory", ())
     p.write_text("env: {A: 1.10}\n")
     assert read_file(p, 100, "x", "y", lambda path: path == ("env", "A"))[0] == {"env": {"A": "1.10"}}
+
+
+def test_errors_of_the_document_as_a_whole_blame_no_field(tmp_path: Path):
+    """Depth, alias count and a forbidden character are the file's problems, not a field's: their
+    path is empty (a job file's reader names the field from it)."""
+    for text in ("a: " + "[" * 15 + "1" + "]" * 15, "a: &a 1\n" + "".join(f"b{i}: *a\n" for i in range(17)),
+                 "a: \x01"):
+        assert _err(text).path == ()
+        p = tmp_path / "f.yaml"
+        p.write_text(text)
+        with pytest.raises(YamlFileError) as e:
+            read_file(p, 10_000, "a job file", "fields")
+        assert e.value.path == ()
+
+
+def test_a_special_float_with_an_exponent_is_a_plain_number():
+    assert load("a: .5e1\nb: -.5E+1\nc: +.25e2") == {"a": 5.0, "b": -5.0, "c": 25.0}
+
+
+def test_a_yaml_error_without_a_problem_or_a_mark(monkeypatch):
+    import yaml
+
+    from coddl.runtime import yaml_safe
+
+    def broken(self):
+        raise yaml.MarkedYAMLError()
+
+    monkeypatch.setattr(yaml_safe._Loader, "get_single_node", broken)
+    e = _err("a: 1")
+    assert (str(e), e.line, e.path) == ("not valid YAML", None, ())
+
+
+def test_read_file_reads_no_further_than_the_limit_and_names_an_unnamed_error(tmp_path: Path):
+    class Endless:  # a file that never ends: read no further than max_bytes + 1 bytes, then refused
+        asked: list = []
+
+        def open(self, mode):
+            return self
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def read(self, n=-1):
+            if n is None or n < 0:
+                raise AssertionError("read to the end of an endless file")
+            self.asked.append(n)
+            return b"#" * n
+
+        def __str__(self):
+            return "endless.yaml"
+
+    with pytest.raises(YamlFileError) as e:
+        read_file(Endless(), 1024, "a job file", "fields")  # type: ignore[arg-type]
+    assert str(e.value) == "endless.yaml: larger than 1 KiB, the most a job file may be"
+    assert Endless.asked == [1025]
+    p = tmp_path / "m.yaml"
+    p.write_bytes(b"#" * ((1 << 20) + 1))
+    with pytest.raises(YamlFileError) as e:
+        read_file(p, 1 << 20, "a job file", "fields")
+    assert str(e.value) == f"{p}: larger than 1 MiB, the most a job file may be"
+
+    class Unreadable:
+        def open(self, mode):
+            raise OSError()
+
+        def __str__(self):
+            return "u.yaml"
+
+    with pytest.raises(YamlFileError) as e:
+        read_file(Unreadable(), 100, "a job file", "fields")  # type: ignore[arg-type]
+    assert str(e.value) == "u.yaml: cannot read: OSError"
