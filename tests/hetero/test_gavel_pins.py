@@ -243,3 +243,12 @@ def test_the_tables_grow_when_a_job_id_reaches_their_size() -> None:
         s.submit(JobSpec(f"j{i}", 360.0, 1, 1e12, "a"), 360.0)
     s.step(360.0)
     assert s.policy._x.shape[0] >= 65 and s.policy._x[64, 0] == pytest.approx(1 / 65)
+
+
+def test_more_than_64_jobs_at_the_first_decision() -> None:
+    s = Scheduler(Cluster.for_gpus(2, 2), make_policy("gavel"), CURVES)
+    for i in range(100):
+        s.submit(JobSpec(f"j{i}", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert s.policy._x.shape[0] >= 100 and set(held(s)) == {"j0", "j1"}
+    assert s.policy._x[:100, 0] == pytest.approx(np.full(100, 2 / 100))
