@@ -252,3 +252,30 @@ def test_more_than_64_jobs_at_the_first_decision() -> None:
     s.step(0.0)
     assert s.policy._x.shape[0] >= 100 and set(held(s)) == {"j0", "j1"}
     assert s.policy._x[:100, 0] == pytest.approx(np.full(100, 2 / 100))
+
+
+def test_time_is_accounted_from_each_call_to_the_next_even_under_a_second() -> None:
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("x", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    s.submit(JobSpec("y", 0.5, 1, 1e12, "a"), 0.5)
+    s.step(0.5)  # mid-round: x keeps its GPU; its half second is counted (X was 1 while alone)
+    uid = s.context(0.5).jobs.uid
+    assert s.policy._received[uid, 0] == pytest.approx([0.5, 0.0])
+    assert s.policy._entitled[uid, 0] == pytest.approx([0.5, 0.0])
+    assert held(s) == {"x": (1, 0)}
+
+
+def test_a_fresh_policy_counts_no_time_before_its_first_call() -> None:
+    """A policy that takes over running jobs (a controller restart) has seen no time pass: x, which
+    holds the only GPU, and y, waiting, both start at priority 1, and the tie keeps x where it is."""
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("x", 0.0, 1, 1e12, "a"), 0.0)
+    s.submit(JobSpec("y", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert held(s) == {"x": (1, 0)}
+    fresh = Gavel()
+    ctx = s.context(100.0)
+    out = fresh.allocate(ctx)
+    assert out.gpus.tolist() == [1, 0] and out.gpu_type.tolist() == [0, -1]
+    assert fresh._received[ctx.jobs.uid, 0].tolist() == [0.0, 0.0]
