@@ -279,3 +279,15 @@ def test_a_fresh_policy_counts_no_time_before_its_first_call() -> None:
     out = fresh.allocate(ctx)
     assert out.gpus.tolist() == [1, 0] and out.gpu_type.tolist() == [0, -1]
     assert fresh._received[ctx.jobs.uid, 0].tolist() == [0.0, 0.0]
+
+
+def test_on_one_type_a_job_larger_than_the_cluster_gets_no_time() -> None:
+    # 4 GPUs: "big" (8) fits nowhere; "small" (2) alone on the equal share runs all the time
+    s = Scheduler(Cluster.for_gpus(4, 4), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("big", 0.0, 8, 1e12, "a", min_gpus=8, max_gpus=8), 0.0)
+    s.submit(JobSpec("small", 0.0, 2, 1e12, "b"), 0.0)
+    with np.errstate(all="raise"):
+        s.step(0.0)
+    uid = s.context(0.0).jobs.uid
+    assert s.policy._x[uid, 0].tolist() == [0.0, pytest.approx(1.0)]
+    assert held(s) == {"small": (2, 0)}
