@@ -91,3 +91,40 @@ def test_a_function_with_no_better_point_returns_the_start():
     assert x.tolist() == [0.3] and r.tolist() == [1.0]
     # refused steps raise the damping 10× from 1e-3 until it passes 1e10: 14 tries after the start
     assert len(calls) == 1 + 14
+
+
+def test_the_tolerance_is_relative_to_the_cost_left():
+    """Two equations x = 100 and x = −100: the best cost is 2·10⁴. From x = 50 the first step leaves
+    x ≈ 0.05 (cost 20000.005), the second gains ~0.005 ≤ 1e-5 × (1 + 20000): done after two steps."""
+    calls: list = []
+    x, *_ = levenberg_marquardt(linear(np.array([[1.0], [1.0]]), np.array([100.0, -100.0]), calls), np.array([50.0]),
+                                np.array([-np.inf]), np.array([np.inf]))
+    assert x == pytest.approx([0.0], abs=1e-3)
+    assert len(calls) == 3
+
+
+def test_without_a_tolerance_the_iterations_bound_the_work():
+    """r = x², J = 2x: each step roughly halves x and the cost x⁴ falls forever; with no tolerance
+    the solver stops after its 60 default iterations: the start and 60 steps."""
+    calls: list = []
+
+    def fun(x):
+        calls.append(1)
+        return x**2, np.diag(2 * x)
+    levenberg_marquardt(fun, np.array([1.0]), np.array([-10.0]), np.array([10.0]), tol=0.0)
+    assert len(calls) == 61
+
+
+def test_a_parameter_the_residuals_ignore_stays_put_while_the_others_are_solved():
+    # x₁ has a column of zeros: its damping scale falls back to 1 so the damped system stays solvable
+    def fun(x):
+        return np.array([x[0] - 3.0]), np.array([[1.0, 0.0]])
+    x, r, _ = levenberg_marquardt(fun, np.array([0.0, 0.7]), -INF, INF)
+    assert x == pytest.approx([3.0, 0.7], abs=1e-6) and r == pytest.approx([0.0], abs=1e-6)
+
+
+def test_an_integer_start_comes_back_as_floats():
+    def fun(x):
+        return np.array([1.0]), np.array([[0.0]])
+    x, *_ = levenberg_marquardt(fun, np.array([0]), np.array([0]), np.array([1]))
+    assert x.dtype == np.float64
