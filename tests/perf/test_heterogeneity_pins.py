@@ -60,7 +60,7 @@ def test_curve_models_pick_the_job_type(model, job_type):
     assert gavel_job_type(model, GAVEL) == job_type
 
 
-def test_type_speed_takes_gavels_ratio_else_the_types_speed():
+def test_each_type_speed_is_gavels_ratio_else_the_types_speed():
     m = type_speed_matrix(("V100", "K80", "A100", "p100", "Nova"), TYPES,
                           ["Resnet50Model32", "VideopredictionModel64"], GAVEL)
     assert m.shape == (5, 2)
