@@ -291,3 +291,25 @@ def test_on_one_type_a_job_larger_than_the_cluster_gets_no_time() -> None:
     uid = s.context(0.0).jobs.uid
     assert s.policy._x[uid, 0].tolist() == [0.0, pytest.approx(1.0)]
     assert held(s) == {"small": (2, 0)}
+
+
+@pytest.mark.parametrize("efficiency", [True, False])
+def test_the_policy_solves_with_its_efficiency_setting(efficiency: bool) -> None:
+    # the instance of test_the_second_stage_gives_spare_fast_time_to_the_job_that_gains_from_it
+    cluster = Cluster(nodes=(Node("f0", 2, "fast"), Node("s0", 2, "slow")),
+                      gpu_types={"fast": GpuType("fast"), "slow": GpuType("slow")})
+    curves = CurveTable.from_points({m: {1: 1.0, 2: 2.0} for m in ("m0", "m1", "m2")})
+    speed = np.array([[1.0, 1.0, 1.0], [0.5, 1.0, 1.0]])  # [type, model]
+    s = Scheduler(cluster, make_policy(f"gavel:efficiency={str(efficiency).lower()}"), curves, type_speed=speed)
+    for i, (model, gpus) in enumerate([("m0", 1), ("m1", 1), ("m2", 2)]):
+        s.submit(JobSpec(f"j{i}", 0.0, gpus, 1e12, model), 0.0)
+    s.step(0.0)
+    j = s.context(0.0).jobs
+    c = job_classes(j.model, j.requested, speed[:, j.model].T, np.array([2, 2]))
+    want = max_min_lp(c, np.array([2, 2]), efficiency)
+    assert s.policy._class_x == pytest.approx(want, abs=1e-9)
+    total = (s.policy._class_x * c.norm_speed).sum(axis=1)[c.of_row]
+    if efficiency:
+        assert total == pytest.approx([4 / 3, 1.0, 1.0], abs=1e-5)
+    else:
+        assert total.min() == pytest.approx(1.0, abs=1e-6)
