@@ -313,3 +313,21 @@ def test_the_policy_solves_with_its_efficiency_setting(efficiency: bool) -> None
         assert total == pytest.approx([4 / 3, 1.0, 1.0], abs=1e-5)
     else:
         assert total.min() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_an_event_just_before_the_round_ends_is_still_mid_round() -> None:
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("x", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    s.submit(JobSpec("y", 359.5, 1, 1e12, "a"), 359.5)
+    s.step(359.5)  # half a second before the boundary at 360: x keeps its GPU, the round stands
+    assert held(s) == {"x": (1, 0)}
+    assert s.next_wakeup(359.5) == pytest.approx(360.0)
+    # the boundary: X = 1/2 each (prior 180 s); x was entitled to all 360 s it received: priority
+    # (360 + 180) / (360 + 180) = 1, y (0 + 180) / (0 + 180) = 1: the tie keeps x
+    s.step(360.0)
+    assert held(s) == {"x": (1, 0)}
+    assert s.next_wakeup(360.0) == pytest.approx(720.0)
+    # 720: x entitled 360 + 180 of the 720 s it received: (540 + 180) / (720 + 180) = 0.8; y 2
+    s.step(720.0)
+    assert held(s) == {"y": (1, 0)}
