@@ -84,3 +84,16 @@ def test_the_bundled_gavel_table_is_the_default():
     assert m[0].tolist() == [1.0, 1.0] and m[1, 1] == 0.25
     assert 0.0 < m[1, 0] < 1.0 and m[1, 0] != 0.25
     assert isinstance(m, np.ndarray) and m.dtype == float
+
+
+def test_a_mapped_models_reference_is_gavels_v100_whatever_speed_the_cluster_gives_v100():
+    """Gavel's ratios are relative to its V100: a cluster that calls its V100 2× (speed=2.0) changes
+    the unmapped models' factors, not the mapped ones' (a V100 is 1.0 in Gavel's own ratios)."""
+    types = {"V100": GpuType("V100", speed=2.0), "K80": GpuType("K80", speed=0.5)}
+    m = type_speed_matrix(("V100", "K80"), types, ["Resnet50Model32", "VideopredictionModel64"], GAVEL)
+    assert m[:, 0].tolist() == pytest.approx([1.0, 0.2])
+    assert m[:, 1].tolist() == pytest.approx([1.0, 0.25])
+
+
+def test_the_batch_follows_the_first_at_sign():
+    assert _base_and_batch("pollux-a@b@128") == ("pollux-a", None)
