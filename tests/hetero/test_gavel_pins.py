@@ -331,3 +331,21 @@ def test_an_event_just_before_the_round_ends_is_still_mid_round() -> None:
     # 720: x entitled 360 + 180 of the 720 s it received: (540 + 180) / (720 + 180) = 0.8; y 2
     s.step(720.0)
     assert held(s) == {"y": (1, 0)}
+
+
+def test_mid_round_a_one_gpu_job_keeps_its_gpu_and_nothing_warns() -> None:
+    """One GPU, x and y (X = 1/2 each): x runs from 0. At 100, mid-round, z arrives: x keeps the
+    GPU although y's priority ((50 + 180) / (0 + 180)) is now above x's ((50 + 180) / (100 + 180)).
+    z has no X yet: its priority is 0/0, which must stay silent."""
+    import warnings
+
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("x", 0.0, 1, 1e12, "a"), 0.0)
+    s.submit(JobSpec("y", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert held(s) == {"x": (1, 0)}
+    s.submit(JobSpec("z", 100.0, 1, 1e12, "a"), 100.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s.step(100.0)
+    assert held(s) == {"x": (1, 0)}
