@@ -349,3 +349,26 @@ def test_mid_round_a_one_gpu_job_keeps_its_gpu_and_nothing_warns() -> None:
         warnings.simplefilter("error")
         s.step(100.0)
     assert held(s) == {"x": (1, 0)}
+
+
+def test_the_fastest_type_is_filled_first() -> None:
+    # max-min alone (no second stage) splits both types exactly half and half: every tie is the
+    # same, so the V100 pass, first, gives the V100 to the first job and the K80 to the other
+    s = Scheduler(TWO, make_policy("gavel:efficiency=false"), CURVES, type_speed=SPEED)
+    s.submit(JobSpec("a0", 0.0, 1, 1e12, "a"), 0.0)
+    s.submit(JobSpec("b0", 0.0, 1, 1e12, "b"), 0.0)
+    s.step(0.0)
+    assert s.policy._class_x == pytest.approx(np.full((2, 2), 0.5), abs=1e-9)
+    assert held(s) == {"a0": (1, 0), "b0": (1, 1)}
+
+
+def test_at_a_tie_the_running_job_stays_though_the_other_arrived_first() -> None:
+    """x runs alone from 10 (X = 1); y, which arrived at 5, is submitted at 20, mid-round. At the
+    boundary (370) both are at priority 1 and X = 1/2: x, running, keeps the GPU."""
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("x", 10.0, 1, 1e12, "a"), 10.0)
+    s.step(10.0)
+    s.submit(JobSpec("y", 5.0, 1, 1e12, "a"), 20.0)
+    s.step(20.0)
+    s.step(370.0)
+    assert held(s) == {"x": (1, 0)}
