@@ -54,7 +54,7 @@ def test_factor_interpolates_and_holds_the_nearest_measurement_outside(tmp_path)
 
 def test_a_profile_evaluates_arrays_too():
     p = CpuProfile("m", 8, 0.1, (1.0, 3.0), (0.5, 1.0))
-    assert p.at(2.0) == 0.75 and isinstance(p.at(2.0), float)
+    assert p.at(2.0) == 0.75 and type(p.at(2.0)) is float  # a plain float, not numpy's scalar (repr np.float64(…))
     out = p.at(np.array([0.0, 2.0, 5.0]))
     assert isinstance(out, np.ndarray) and out.tolist() == [0.5, 0.75, 1.0]
     assert CpuSensitivity({"m": p}).factor("m", 1.5) == pytest.approx(0.625)
