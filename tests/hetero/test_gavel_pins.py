@@ -372,3 +372,34 @@ def test_at_a_tie_the_running_job_stays_though_the_other_arrived_first() -> None
     s.step(20.0)
     s.step(370.0)
     assert held(s) == {"x": (1, 0)}
+
+
+def test_a_full_fast_type_does_not_stop_the_slower_one_from_filling() -> None:
+    # a0 alone gets the V100 (X = 1 there); b0 arrives mid-round: the V100 is full, the K80 is not
+    s = Scheduler(TWO, make_policy("gavel"), CURVES, type_speed=SPEED)
+    s.submit(JobSpec("a0", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert held(s) == {"a0": (1, 0)}
+    s.submit(JobSpec("b0", 10.0, 1, 1e12, "b"), 10.0)
+    s.step(10.0)
+    assert held(s) == {"a0": (1, 0), "b0": (1, 1)}
+
+
+def test_at_equal_priority_more_time_under_x_goes_first() -> None:
+    # b0 submitted first; both at priority 1; the second stage gives a0 slightly more of the V100
+    # (it gains more there), so a0 comes first on the V100 whatever the submission order
+    s = Scheduler(TWO, make_policy("gavel"), CURVES, type_speed=SPEED)
+    s.submit(JobSpec("b0", 0.0, 1, 1e12, "b"), 0.0)
+    s.submit(JobSpec("a0", 0.0, 1, 1e12, "a"), 0.0)
+    s.step(0.0)
+    uid = s.context(0.0).jobs.uid
+    assert s.policy._x[uid[1], 0] > s.policy._x[uid[0], 0]
+    assert held(s) == {"a0": (1, 0), "b0": (1, 1)}
+
+
+def test_at_equal_priority_the_earlier_arrival_goes_first() -> None:
+    s = Scheduler(Cluster.for_gpus(1, 1), make_policy("gavel"), CURVES)
+    s.submit(JobSpec("late", 10.0, 1, 1e12, "a"), 10.0)
+    s.submit(JobSpec("early", 5.0, 1, 1e12, "a"), 10.0)
+    s.step(10.0)
+    assert held(s) == {"early": (1, 0)}
