@@ -14,7 +14,7 @@ from coddl.perf.convert import GAVEL_PARAMS, POLLUX_PARAMS, gavel_table, pollux_
 from coddl.perf.curves import data_path
 from coddl.perf.profiles import load_gavel_throughputs
 
-GAVEL = {
+GAVEL = {  # an unconsolidated table before a consolidated one: skipping it must not stop the reading
     "v100": {
         "('ResNet-50 (batch size 32)', 1)": {"null": 10.0, "('A3C', 1)": [9.0, 4.0]},
         "('ResNet-50 (batch size 32)', 4)": {"null": 36.0},
@@ -22,13 +22,13 @@ GAVEL = {
         "('LM (batch size 5)', 2)": {"null": 0.0},
         "('Transformer (batch size 16)', 1)": {"null": 4.0},
     },
-    "k80": {
-        "('ResNet-50 (batch size 32)', 1)": {"null": 2.5},
-        "('A3C', 1)": {"null": 1.0},
-    },
     "v100_unconsolidated": {
         "('ResNet-50 (batch size 32)', 1)": {"null": 10.0},
         "('ResNet-50 (batch size 32)', 2)": {"null": 16.0},
+    },
+    "k80": {
+        "('ResNet-50 (batch size 32)', 1)": {"null": 2.5},
+        "('A3C', 1)": {"null": 1.0},
     },
 }
 
