@@ -403,3 +403,17 @@ def test_at_equal_priority_the_earlier_arrival_goes_first() -> None:
     s.submit(JobSpec("early", 5.0, 1, 1e12, "a"), 10.0)
     s.step(10.0)
     assert held(s) == {"early": (1, 0)}
+
+
+def test_a_job_too_big_for_the_fast_type_runs_on_the_slow_one() -> None:
+    cluster = Cluster(nodes=(Node("v0", 1, "V100"), Node("k0", 2, "K80")),
+                      gpu_types={"V100": GpuType("V100"), "K80": GpuType("K80", speed=0.25)})
+    s = Scheduler(cluster, make_policy("gavel"), CURVES, type_speed=SPEED)
+    s.submit(JobSpec("two", 0.0, 2, 1e12, "a"), 0.0)
+    s.step(0.0)
+    assert held(s) == {"two": (2, 1)}
+
+
+def test_a_round_under_a_second_is_allowed() -> None:
+    assert make_policy("gavel:round_s=0.5").params.round_s == 0.5
+    assert make_policy("gavel:round_s=1").params.round_s == 1.0
