@@ -41,13 +41,13 @@ def test_trace_models_add_their_curves_once(monkeypatch):
         return {1: float(batch), 3: 2.0 * batch}
 
     monkeypatch.setattr(foreign, "pollux_curve", curve)
-    base = CurveTable.from_points({"a": {1: 1.0, 2: 2.0}}, kmax=4)
+    base = CurveTable.from_points({"a": {1: 1.5, 2: 2.0}}, kmax=4)
     assert with_trace_models(base, set()) is base
     out = with_trace_models(base, {("ncf", 4), ("bert", 2)})
     assert made == [("bert", 2), ("ncf", 4)]
     assert out.names == ["a", "pollux-bert@2", "pollux-ncf@4"]
     # the base curve keeps its measured points (to k = 2) and the table ends at the largest measured k
-    assert out.rate.tolist() == [[0, 1, 2, 2], [0, 2, 3, 4], [0, 4, 6, 8]]
+    assert out.rate.tolist() == [[0, 1.5, 2, 2], [0, 2, 3, 4], [0, 4, 6, 8]]
     assert out.max_gpus.tolist() == [2, 3, 3]
     again = with_trace_models(out, {("ncf", 4)})
     assert again is out and len(made) == 2
