@@ -36,6 +36,8 @@ class Book:
         self.wake: dict[str, float | None] = {}  # by the first job id of the queue's context
         self.calls: list[tuple] = []  # (ids, capacity, cpu capacity, capacity by type)
         self.wakes: list[tuple] = []  # (ids, capacity, cpu capacity)
+        self.wake_types: list[list] = []  # capacity by type at each wake-up question
+        self.asked: list[tuple] = []  # (what, the policy instance asked)
 
 
 def fixed(book: Book, elastic: bool = True, cores: bool = False):
@@ -45,6 +47,7 @@ def fixed(book: Book, elastic: bool = True, cores: bool = False):
         def allocate(self, ctx: Context):
             ids = list(ctx.jobs.ids)
             book.calls.append((ids, ctx.capacity, ctx.cpu_capacity, np.asarray(ctx.capacity_by_type).tolist()))
+            book.asked.append(("allocate", self))
             g = np.array([book.gpus.get(j, 0) for j in ids], dtype=np.int64)
             ty = None if book.types is None else np.array([book.types.get(j, -1) for j in ids], dtype=np.int64)
             mine = book.cpus is not None and any(j in book.cpus for j in ids)  # only queues with cores set
@@ -54,6 +57,8 @@ def fixed(book: Book, elastic: bool = True, cores: bool = False):
         def wakeup(self, ctx: Context) -> float | None:
             ids = list(ctx.jobs.ids)
             book.wakes.append((ids, ctx.capacity, ctx.cpu_capacity))
+            book.wake_types.append(np.asarray(ctx.capacity_by_type).tolist())
+            book.asked.append(("wakeup", self))
             return book.wake.get(ids[0]) if ids else None
 
         def assigns_cores(self) -> bool:
@@ -464,3 +469,43 @@ def test_cut_to_fit_counts_a_suspended_job_as_not_running() -> None:
     s.step(5.0)
     ctx = dataclasses.replace(s.context(6.0), capacity=8)
     assert cut_to_fit(ctx, np.array([3, 4, 1, 0, 2]), None, False).tolist() == [3, 4, 1, 0, 0]
+
+
+
+def test_wakeups_are_asked_of_each_queues_own_policy_on_its_entitlement_by_type() -> None:
+    book = Book()
+    s, p = queued(book, cluster=two_types())
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("B1", "bob", 1, hi=4), 0.0)
+    book.gpus, book.wake = {"A1": 4, "B1": 4}, {"A1": 9.0}
+    s.step(0.0)
+    assert s.next_wakeup(0.0) == 9.0
+    a, b = p.policy_of("a"), p.policy_of("b")
+    assert book.asked == [("allocate", a), ("allocate", b), ("wakeup", a), ("wakeup", b)]
+    assert book.wake_types == [[4, 4], [4, 4]]  # each type's GPUs, within the queue's 4
+
+
+def test_after_a_reconfiguration_wakeups_before_the_next_decision_see_no_entitlement() -> None:
+    book = Book()
+    s, p = queued(book)
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    book.gpus, book.wake = {"A1": 4}, {"A1": 7.0}
+    s.step(0.0)
+    p.reconfigure(QueueSet((Queue("a", 8, users=("ann",)),)))
+    book.wakes.clear()
+    assert s.next_wakeup(1.0) == 7.0
+    assert book.wakes == [(["A1"], 0, 0)]  # entitlements come with the next decision
+
+
+def test_a_queue_whose_jobs_leave_before_any_decision_is_forgotten() -> None:
+    """B1 arrives and a wake-up is asked before any decision; B1 leaves: b's wake-up is dropped."""
+    book = Book()
+    s, p = queued(book)
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    book.gpus, book.wake = {"A1": 4}, {"A1": 7.0, "B1": 3.0}
+    s.step(0.0)
+    assert s.next_wakeup(0.0) == 7.0
+    s.submit(job("B1", "bob", 1, hi=4), 1.0)
+    assert s.next_wakeup(1.0) == 3.0
+    s.complete("B1", 2.0)
+    assert s.next_wakeup(2.0) == 7.0 and set(p._wakes) == {0}
