@@ -228,3 +228,19 @@ def test_converged_steps():
     assert converged_steps(LossCurve(0.01, 2.0, 0.0), 0.2) == pytest.approx(800.0)
     assert converged_steps(LossCurve(0.0, 1.0, 0.0), 0.05) == math.inf
     assert converged_steps(LossCurve(-1.0, 1.0, 0.0), 0.05) == math.inf
+
+
+def test_a_refit_is_warm_from_the_last_model_at_the_predictors_reference():
+    t = _truth(2.0)
+    w, n, x = _grid()
+    prior = (w, n, x, t.speed(w, n, x))
+    p = JobPredictor(PredictorParams(reference=2.0), prior)
+    assert float(p.model.eff(2.0)) == pytest.approx(1.0, abs=1e-9)
+    first = p.model
+    p.observe(4, 1, 8, 3.0 * float(t.speed(4, 1, 2.0)[0]), 0.0)  # far off: refitted, warm from the first model
+    ww, nn, xx = np.r_[4.0, w], np.r_[1.0, n], np.r_[2.0, x]
+    rr, wt = np.r_[3.0 * float(t.speed(4, 1, 2.0)[0]), prior[3]], np.r_[1.0, np.full(len(w), 0.3)]
+    warm = SpeedModel.fit(ww, nn, xx, rr, wt, 2.0, start=first)
+    cold = SpeedModel.fit(ww, nn, xx, rr, wt, 2.0)
+    assert p.model.theta == pytest.approx(warm.theta, rel=1e-12) and p.model.eff == warm.eff
+    assert p.model.eff != cold.eff
