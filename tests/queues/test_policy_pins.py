@@ -509,3 +509,20 @@ def test_a_queue_whose_jobs_leave_before_any_decision_is_forgotten() -> None:
     assert s.next_wakeup(1.0) == 3.0
     s.complete("B1", 2.0)
     assert s.next_wakeup(2.0) == 7.0 and set(p._wakes) == {0}
+
+
+def test_a_queue_policy_over_its_entitlement_is_cut_elastic_jobs_shrinking_first() -> None:
+    """a is entitled to 4 (b wants its 4); a's policy keeps A1 and A2 on 3 each (1..4): elastic,
+    so both shrink — A1 (the larger surplus first, A1 before A2 on a tie) gives 2: 1 and 3. A rigid
+    policy in the same place stops A2 (started with A1, submitted after it) instead."""
+    for elastic, want in ((True, {"A1": 1, "A2": 3}), (False, {"A1": 3})):
+        book = Book()
+        s, p = queued(book, elastic=elastic)
+        s.submit(job("A1", "ann", 3, lo=1 if elastic else 3, hi=4 if elastic else 3), 0.0)
+        s.submit(job("A2", "ann", 3, lo=1 if elastic else 3, hi=4 if elastic else 3), 0.0)
+        book.gpus = {"A1": 3, "A2": 3, "B1": 4}
+        s.step(0.0)
+        assert held(s) == {"A1": 3, "A2": 3}
+        s.submit(job("B1", "bob", 4, lo=4, hi=4), 1.0)
+        s.step(1.0)
+        assert held(s) == {**want, "B1": 4}
