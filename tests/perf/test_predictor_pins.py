@@ -47,6 +47,10 @@ def test_two_column_nnls_in_closed_form():
     assert _nnls2(c1, 2 * c1, 4 * c1) == pytest.approx((0.0, 2.0))
     assert _nnls2(np.zeros(3), c2, 3 * c2) == pytest.approx((0.0, 3.0))
     assert _nnls2(c1, np.zeros(3), 3 * c1) == pytest.approx((3.0, 0.0))
+    # a unit column and a small coefficient: y = 0.5·e1 − (e2 + e3) keeps a = 0.5 (under 1) and drops d
+    e1 = np.array([1.0, 0.0, 0.0])
+    assert _nnls2(e1, np.array([0.0, 1.0, 1.0]), np.array([0.5, -1.0, -1.0])) == pytest.approx((0.5, 0.0))
+    assert _nnls2(np.zeros(3), np.zeros(3), c1) == (0.0, 0.0)
 
 
 def _truth(reference: float = 3.0) -> SpeedModel:
