@@ -526,3 +526,20 @@ def test_a_queue_policy_over_its_entitlement_is_cut_elastic_jobs_shrinking_first
         s.submit(job("B1", "bob", 4, lo=4, hi=4), 1.0)
         s.step(1.0)
         assert held(s) == {**want, "B1": 4}
+
+
+def test_cut_to_fit_shrinks_equal_surpluses_in_table_order_on_many_jobs() -> None:
+    """20 elastic jobs (minimum 1) on 2, 1, 2, 1, … GPUs (30); cut to 25: the first five on 2 GPUs
+    (a surplus of 1 each) give one each, in table order; the others keep theirs."""
+    book = Book()
+    s = Scheduler(Cluster.for_gpus(32, 8), fixed(book)(), LIN)
+    ids = [f"J{i:02d}" for i in range(20)]
+    for jid in ids:
+        s.submit(JobSpec(jid, 0.0, 1, 1e6, "lin", min_gpus=1, max_gpus=4), 0.0)
+    book.gpus = {jid: 2 - i % 2 for i, jid in enumerate(ids)}
+    s.step(0.0)
+    g = np.array([2 - i % 2 for i in range(20)])
+    ctx = dataclasses.replace(s.context(1.0), capacity=25)
+    want = g.copy()
+    want[[0, 2, 4, 6, 8]] = 1
+    assert cut_to_fit(ctx, g, None, True).tolist() == want.tolist()
