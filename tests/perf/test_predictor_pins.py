@@ -51,6 +51,7 @@ def test_two_column_nnls_in_closed_form():
     e1 = np.array([1.0, 0.0, 0.0])
     assert _nnls2(e1, np.array([0.0, 1.0, 1.0]), np.array([0.5, -1.0, -1.0])) == pytest.approx((0.5, 0.0))
     assert _nnls2(np.zeros(3), np.zeros(3), c1) == (0.0, 0.0)
+    assert _nnls2(np.array([0.0, 1.0, 1.0]), e1, np.array([0.5, -1.0, -1.0])) == pytest.approx((0.0, 0.5))
 
 
 def _truth(reference: float = 3.0) -> SpeedModel:
@@ -248,3 +249,9 @@ def test_a_refit_is_warm_from_the_last_model_at_the_predictors_reference():
     cold = SpeedModel.fit(ww, nn, xx, rr, wt, 2.0)
     assert p.model.theta == pytest.approx(warm.theta, rel=1e-12) and p.model.eff == warm.eff
     assert p.model.eff != cold.eff
+
+
+def test_a_given_model_is_kept_even_with_a_prior():
+    w = np.array([1.0, 2.0])
+    p = JobPredictor(PredictorParams(), (w, np.ones(2), np.full(2, 3.0), np.array([1.0, 1.8])), model=ONE)
+    assert p.model is ONE and p.version == 0
