@@ -126,6 +126,8 @@ def test_core_counts_are_told_apart_to_two_decimals():
     p = _fixed()
     p.observe(3, 1, 1, 1.0, 0.0)  # 1/3 core per GPU
     p.observe(300, 1, 100, 1.0, 0.0)  # 0.3333…
+    p.observe(1000, 1, 331, 1.0, 0.0)
+    p.observe(1000, 1, 334, 1.0, 0.0)  # 0.331 and 0.334: the same at two decimals
     assert p.cpu_configs == 1 and p.observations[0].cores_per_gpu == pytest.approx(1 / 3)
     p.observe(2, 1, 1, 1.0, 0.0)
     p.observe(100, 1, 51, 1.0, 0.0)  # 0.51
@@ -255,3 +257,10 @@ def test_a_given_model_is_kept_even_with_a_prior():
     w = np.array([1.0, 2.0])
     p = JobPredictor(PredictorParams(), (w, np.ones(2), np.full(2, 3.0), np.array([1.0, 1.8])), model=ONE)
     assert p.model is ONE and p.version == 0
+
+
+def test_the_fit_normalises_at_three_cores_per_gpu_by_default():
+    t = _truth(3.0)
+    w, n, x = _grid()
+    fit = SpeedModel.fit(w, n, x, t.speed(w, n, x))
+    assert float(fit.eff(3.0)) == pytest.approx(1.0, abs=1e-9)
