@@ -264,3 +264,12 @@ def test_the_fit_normalises_at_three_cores_per_gpu_by_default():
     w, n, x = _grid()
     fit = SpeedModel.fit(w, n, x, t.speed(w, n, x))
     assert float(fit.eff(3.0)) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_two_core_counts_are_enough_to_fit_the_cpu_term():
+    t = _truth(3.0)
+    w, n, _ = _grid()
+    x = np.where(np.arange(w.size) % 2 == 0, 1.0, 6.0)
+    fit = SpeedModel.fit(w, n, x, t.speed(w, n, x))
+    assert fit.eff.a > 0.0
+    assert np.allclose(fit.speed(w, n, x), t.speed(w, n, x), rtol=1e-3)
