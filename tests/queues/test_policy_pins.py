@@ -543,3 +543,38 @@ def test_cut_to_fit_shrinks_equal_surpluses_in_table_order_on_many_jobs() -> Non
     want = g.copy()
     want[[0, 2, 4, 6, 8]] = 1
     assert cut_to_fit(ctx, g, None, True).tolist() == want.tolist()
+
+
+def test_a_wakeup_before_any_decision_asks_each_queue_on_no_entitlement() -> None:
+    book = Book()
+    s, p = queued(book)
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    book.wake = {"A1": 4.0}
+    assert s.next_wakeup(0.0) == 4.0 and book.wakes == [(["A1"], 0, 0)]
+
+
+def test_cut_to_fit_stops_the_latest_started_not_the_latest_submitted() -> None:
+    """J0 (submitted first, 2 GPUs) started at t=5, J1 (1 GPU) at t=0: cut by one, J0 stops."""
+    book = Book()
+    s = Scheduler(Cluster.for_gpus(4, 4), fixed(book)(), LIN)
+    s.submit(JobSpec("J0", 0.0, 2, 1e6, "lin", min_gpus=2, max_gpus=2), 0.0)
+    s.submit(JobSpec("J1", 0.0, 1, 1e6, "lin", min_gpus=1, max_gpus=1), 0.0)
+    book.gpus = {"J1": 1}
+    s.step(0.0)
+    book.gpus = {"J0": 2, "J1": 1}
+    s.step(5.0)
+    ctx = dataclasses.replace(s.context(6.0), capacity=2)
+    assert cut_to_fit(ctx, np.array([2, 1]), None, False).tolist() == [0, 1]
+
+
+def test_a_one_gpu_running_job_has_a_floor_and_a_waiting_job_none() -> None:
+    """a: A1 runs on 1 GPU (minimum 1): floor 1 GPU, 8 cores. b: B1 waits (at least 3 cores): no floor."""
+    book = Book()
+    s, p = queued(book)
+    s.submit(job("A1", "ann", 1, lo=1, hi=2), 0.0)
+    s.submit(job("B1", "bob", 1, lo=1, hi=2, min_cpus=3), 0.0)
+    book.gpus = {"A1": 1}
+    s.step(0.0)
+    ctx = s.context(1.0)
+    _, floor = p.demand(ctx, p.queue_rows(ctx))
+    assert floor.tolist() == [[1, 0, 0], [8, 0, 0]]
