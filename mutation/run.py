@@ -128,8 +128,10 @@ def load_equivalents() -> list[dict]:
 
 
 def changed_lines(diff: str) -> list[str]:
+    """The diff's removed and added lines, whitespace-normalised (a blank line is neither: ``"" in
+    "+-"`` is true, which made every entry with a blank line in its diff match nothing)."""
     return [" ".join(line.split()) for line in diff.splitlines()
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+            if line[:1] in ("+", "-") and not line.startswith(("+++", "---"))]
 
 
 def function_of(mutant: str, module: str) -> str:
