@@ -67,7 +67,7 @@ def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, drawn: int) 
     if tj.steps is not None and duration is None:
         return curves.names[m], float(tj.steps)
     if duration is None:
-        raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
+        raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor a "
                          "step count")
     return curves.names[m], max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
 
@@ -143,7 +143,7 @@ def build_workload_coddl_authors(trace: Trace, curves: CurveTable, *,
         m = int(eligible[legacy.randint(0, eligible.size)])
         work = tj.duration * curves.throughput(m, tj.num_gpus) if tj.duration is not None else tj.steps
         if work is None:
-            raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
+            raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor a "
                              "step count")
         if work < 1:
             skipped.append(Skipped(tj.job_id, tj.num_gpus, "under one step"))
