@@ -165,7 +165,7 @@ def main() -> None:
             print(f"{label}: {len(result['step_s'])} batches in {time.monotonic() - started:.1f} s; "
                   + ", ".join(f"{b}:{s * 1e3:.1f}ms" for b, s in result["step_s"].items()), file=sys.stderr, flush=True)
             rows += [{"cluster": "h100-one-gpu", "model": label, "param_bytes": result["param_bytes"], "gpu_type": gpu,
-                      "gpus": 1, "nodes": 1, "global_batch": b, "local_batch": b, "iterations_per_s": 1.0 / s}
+                      "gpus": 1, "nodes": 1, "global_batch": b, "local_batch": b, "steps_per_s": 1.0 / s}
                      for b, s in result["step_s"].items()]
             if args.out and rows:  # after every model, so that a run stopped early keeps what it measured
                 with open(args.out, "w", newline="") as f:

@@ -285,7 +285,7 @@ def measure(args: argparse.Namespace) -> None:
         step = _median(steps)
         spread.append(max(steps) / min(steps))
         common = {"cluster": CLUSTER, "gpu_type": "cpu", "gpus": sum(placement), "placement": placement,
-                  "iterations_per_s": 1.0 / step, "compute_share": 1.0 / max(placement)}  # one core per node
+                  "steps_per_s": 1.0 / step, "compute_share": 1.0 / max(placement)}  # one core per node
         if model == "collective":
             rows.append(common | {"model": f"allreduce-{mb}MB", "param_bytes": mb * 1e6, "kind": "collective"})
         else:

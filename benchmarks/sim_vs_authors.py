@@ -9,7 +9,7 @@ and estimates the authors' CPU seconds as ratio × dc1384d's. The goal is ≥ 5�
 
 Each run is a fresh process timing ``run_policy`` (the simulation as ``coddl simulate`` runs it,
 without the report) in CPU seconds, median of ``--repeat``. The workload is written once in the
-native format, which both versions replay exactly (model and iterations given per job).
+native format, which both versions replay exactly (model and steps given per job).
 
     python benchmarks/sim_vs_authors.py [--vcs 6214e9,b436b2] [--policies fifo,srtf] [--repeat 1]
 

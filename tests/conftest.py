@@ -15,7 +15,7 @@ from coddl.perf.curves import CurveTable
 
 @pytest.fixture
 def linear_curves() -> CurveTable:
-    """P(k) = k iterations/s for k ≤ 4: makes JCTs easy to work out by hand."""
+    """P(k) = k steps/s for k ≤ 4: makes JCTs easy to work out by hand."""
     return CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
 
 

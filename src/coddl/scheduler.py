@@ -210,7 +210,7 @@ class Scheduler:
         return rec
 
     def set_rate(self, job_id: JobId, rate: float, now: float, paused_until: float | None = None) -> None:
-        """The executor's measured (real) or modelled (simulated) iterations/s for a job."""
+        """The executor's measured (real) or modelled (simulated) steps/s for a job."""
         r = self.table.row[job_id]
         if self.table.t0[r] != now:  # the step that produced this rate already advanced the row
             self.table.advance(r, now)
@@ -243,7 +243,7 @@ class Scheduler:
             self.dirty = True
 
     def set_curve(self, job_id: JobId, rate: np.ndarray, max_gpus: int | None = None) -> None:
-        """Plan the job on a curve of its own (iterations/s on k = 0, 1, … GPUs; the real system's
+        """Plan the job on a curve of its own (steps/s on k = 0, 1, … GPUs; the real system's
         estimate from the job's profile) instead of its model's: it becomes a row of ``curves``
         that the policies read like any model's, at speed 1 (the curve is already corrected).
         ``max_gpus`` is where more GPUs stop helping; the job's own limit still applies (the

@@ -45,16 +45,16 @@ def test_predict_gives_an_interval_and_corrects_with_measured_rows(calibrated):
     out = json.loads(r.stdout)
     assert [p["placement"] for p in out["placements"]] == ["4", "1+1+1+1"]
     for p in out["placements"]:
-        assert 0 < p["low"] < p["iterations_per_s"] < p["high"]
-        assert p["samples_per_s"] == pytest.approx(p["iterations_per_s"] * 32 * 4)
+        assert 0 < p["low"] < p["steps_per_s"] < p["high"]
+        assert p["samples_per_s"] == pytest.approx(p["steps_per_s"] * 32 * 4)
     measured = calibrated / "measured.csv"
-    measured.write_text("model,param_bytes,gpu_type,gpus,nodes,local_batch,iterations_per_s\n"
-                        f"ResNet-50,102400000,P100,4,4,32,{out['placements'][1]['iterations_per_s'] / 2}\n")
+    measured.write_text("model,param_bytes,gpu_type,gpus,nodes,local_batch,steps_per_s\n"
+                        f"ResNet-50,102400000,P100,4,4,32,{out['placements'][1]['steps_per_s'] / 2}\n")
     r = coddl(*base, "--measured", str(measured))
     assert r.returncode == 0, r.stderr
     corrected = json.loads(r.stdout)
     assert corrected["corrected_with"] == 1
-    assert corrected["placements"][1]["iterations_per_s"] < out["placements"][1]["iterations_per_s"]
+    assert corrected["placements"][1]["steps_per_s"] < out["placements"][1]["steps_per_s"]
 
 
 @pytest.mark.slow
@@ -72,7 +72,7 @@ def test_accuracy_prints_a_table_and_writes_json_and_a_plot(tmp_path):
 
 def test_bad_input_is_one_line_and_exit_code_2(calibrated, tmp_path):
     bad = tmp_path / "bad.csv"
-    bad.write_text("model,param_bytes,gpu_type,gpus,local_batch,iterations_per_s\nm,1e6,P100,two,8,1.0\n")
+    bad.write_text("model,param_bytes,gpu_type,gpus,local_batch,steps_per_s\nm,1e6,P100,two,8,1.0\n")
     cases = [
         (["accuracy", str(bad)], "bad.csv:2: gpus: expected a positive integer, got 'two'"),
         (["accuracy", str(tmp_path / "none.csv")], "none.csv: no such file"),

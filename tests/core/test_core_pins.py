@@ -268,7 +268,7 @@ class TestTableArrivals:
 
 
 class TestTableProgress:
-    """One job of 100 iterations, submitted at t = 0.
+    """One job of 100 steps, submitted at t = 0.
 
     t = 0: rate 2 it/s, 4 GPUs, 8 cores.
     t = 10 (folded): work 2·10 = 20, service 4·10 = 40 GPU·s, cpu 8·10 = 80 core·s.

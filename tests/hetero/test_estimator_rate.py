@@ -48,7 +48,7 @@ def test_the_profile_explains_the_measured_curve_on_the_cluster_s_links():
         kmax = int(CURVES.max_gpus[m])
         profile = curve_profile(name, CURVES.rate[m], kmax, model, 4)
         k = np.arange(1, kmax + 1)
-        est = model.rates(profile, k, -(-k // 4), np.minimum(k, 4), 1.0 / k, uncertainty=False).iterations_per_s
+        est = model.rates(profile, k, -(-k // 4), np.minimum(k, 4), 1.0 / k, uncertainty=False).steps_per_s
         assert est[0] == pytest.approx(CURVES.rate[m, 1])  # one GPU: exact by construction
         assert np.mean(np.abs(est / CURVES.rate[m, 1:kmax + 1] - 1.0)) < 0.25
 

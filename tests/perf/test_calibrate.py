@@ -34,16 +34,16 @@ def synthetic(noise: float = 0.01, seed: int = 0, collective: bool = False, fabr
         job = JobModel(name, nbytes, t_ref, 32.0, np.array(theta), np.eye(3), Prior())
         for shape in SHAPES:
             for b in BATCHES:
-                rate = est.rates(job, [sum(shape)], [len(shape)], [shape[0]], [b], uncertainty=False).iterations_per_s
+                rate = est.rates(job, [sum(shape)], [len(shape)], [shape[0]], [b], uncertainty=False).steps_per_s
                 rows.append({"cluster": "synthetic", "model": name, "param_bytes": nbytes, "gpu_type": "V100",
                              "gpus": sum(shape), "placement": shape, "local_batch": b,
-                             "iterations_per_s": float(rate[0]) * math.exp(rng.normal(0, noise))})
+                             "steps_per_s": float(rate[0]) * math.exp(rng.normal(0, noise))})
     if collective:
         for shape in SHAPES[1:]:
             for mb in (1, 16, 256):
                 t = float(fabric.allreduce_seconds(mb * 1e6, sum(shape), len(shape), shape[0])[0])
                 rows.append({"cluster": "synthetic", "model": f"ar{mb}", "param_bytes": mb * 1e6, "gpu_type": "V100",
-                             "gpus": sum(shape), "placement": shape, "iterations_per_s": 1 / t, "kind": "collective"})
+                             "gpus": sum(shape), "placement": shape, "steps_per_s": 1 / t, "kind": "collective"})
     return ProfileTable.build(rows)
 
 

@@ -55,16 +55,16 @@ def test_correct_takes_rows_of_the_profile_format_and_counts_only_multi_gpu_ones
     est = Estimator(fabric)
     prior = Prior(noise=0.05)
     job = JobModel.from_one_gpu("m", 1e8, np.array([16.0, 64.0]), np.array([0.1, 0.25]), prior, "V100")
-    predicted = est.rates(job, [8], [2], [4], [32.0], uncertainty=False).iterations_per_s[0]
+    predicted = est.rates(job, [8], [2], [4], [32.0], uncertainty=False).steps_per_s[0]
     rows = ProfileTable.build([
         {"model": "m", "param_bytes": 1e8, "gpu_type": "V100", "gpus": 8, "placement": "4+4", "local_batch": 32,
-         "iterations_per_s": predicted / 2},
+         "steps_per_s": predicted / 2},
         {"model": "m", "param_bytes": 1e8, "gpu_type": "V100", "gpus": 1, "local_batch": 32,
-         "iterations_per_s": 1 / job.compute_seconds(32.0)},
+         "steps_per_s": 1 / job.compute_seconds(32.0)},
     ])
     fixed = correct(job, est, rows)
     assert fixed.measured == 1
-    after = est.rates(fixed, [8], [2], [4], [32.0], uncertainty=False).iterations_per_s[0]
+    after = est.rates(fixed, [8], [2], [4], [32.0], uncertainty=False).steps_per_s[0]
     assert predicted / 2 < after < predicted
     assert correct(job, est, rows.take(np.zeros(2, dtype=bool))) is job
 

@@ -104,12 +104,12 @@ def test_communication_scales_with_the_job_s_efficiency_and_overlap_with_rho():
     a = ar("ring", 4, 2, 2)
     c = 1.0
     no_overlap = est.rates(job(eta=2.0, rho=0.0), [4], [2], [2], [32.0])
-    assert no_overlap.iterations_per_s[0] == pytest.approx(1 / (c + 2 * a))
+    assert no_overlap.steps_per_s[0] == pytest.approx(1 / (c + 2 * a))
     gamma = float(gamma_of(0.5))
     assert 2 - 2 ** (1 / gamma) == pytest.approx(0.5)  # ρ is the share hidden when both parts are equal
     half = est.rates(job(eta=2.0, rho=0.5), [4], [2], [2], [32.0])
-    assert half.iterations_per_s[0] == pytest.approx(1 / (c**gamma + (2 * a) ** gamma) ** (1 / gamma))
-    full = est.rates(job(rho=0.99), [4], [2], [2], [32.0]).iterations_per_s[0]
+    assert half.steps_per_s[0] == pytest.approx(1 / (c**gamma + (2 * a) ** gamma) ** (1 / gamma))
+    full = est.rates(job(rho=0.99), [4], [2], [2], [32.0]).steps_per_s[0]
     assert full == pytest.approx(1 / max(c, a), rel=0.02)
 
 
@@ -129,7 +129,7 @@ def test_the_gradient_of_log_time_matches_finite_differences():
 def test_a_worker_with_half_a_device_computes_half_as_fast():
     est = Estimator(FAB)
     j = job(f=0.2, nbytes=0.0)
-    p = est.rates(j, [1, 4], [1, 1], [1, 4], [32.0, 32.0], share=np.array([1.0, 0.5])).iterations_per_s
+    p = est.rates(j, [1, 4], [1, 1], [1, 4], [32.0, 32.0], share=np.array([1.0, 0.5])).steps_per_s
     assert p.tolist() == pytest.approx([1.0, 0.5], rel=1e-4)  # (no bytes: only the links’ latency)
 
 
@@ -155,10 +155,10 @@ def test_one_measurement_moves_the_estimate_part_of_the_way_and_sharpens_it():
     est = Estimator(FAB)
     j = job(f=0.2, eta=1.0, rho=0.3, prior=Prior(noise=0.1))
     before = est.rates(j, [8], [2], [4], [32.0])
-    measured = 0.5 * before.iterations_per_s[0]  # twice as slow as predicted
+    measured = 0.5 * before.steps_per_s[0]  # twice as slow as predicted
     steps = Steps(np.array([32.0]), FAB.allreduce_seconds(M, 8, 2, 4), np.array([1 / measured]), np.array([np.nan]))
     after = est.rates(j.updated(steps), [8], [2], [4], [32.0])
-    assert measured < after.iterations_per_s[0] < before.iterations_per_s[0]
+    assert measured < after.steps_per_s[0] < before.steps_per_s[0]
     assert after.log_sd[0] < before.log_sd[0]
 
 
@@ -168,12 +168,12 @@ def test_two_measured_sizes_recover_the_job_s_true_parameters():
     start = job(f=0.3, eta=1.0, rho=0.3, prior=Prior(noise=0.02))
     shapes = (([2, 8], [1, 2], [2, 4], [32.0, 32.0]),)
     k, n, g, b = (np.array(x) for x in shapes[0])
-    t = 1 / est.rates(truth, k, n, g, b, uncertainty=False).iterations_per_s
+    t = 1 / est.rates(truth, k, n, g, b, uncertainty=False).steps_per_s
     steps = Steps(b, FAB.allreduce_seconds(M, k, n, g), t, np.full(2, np.nan))
     fitted = start.updated(steps)
     k2, n2, g2 = np.array([4, 16, 32]), np.array([4, 4, 8]), np.array([1, 4, 4])
-    want = est.rates(truth, k2, n2, g2, np.full(3, 32.0), uncertainty=False).iterations_per_s
-    got = est.rates(fitted, k2, n2, g2, np.full(3, 32.0), uncertainty=False).iterations_per_s
+    want = est.rates(truth, k2, n2, g2, np.full(3, 32.0), uncertainty=False).steps_per_s
+    got = est.rates(fitted, k2, n2, g2, np.full(3, 32.0), uncertainty=False).steps_per_s
     assert got == pytest.approx(want, rel=0.05)
 
 
@@ -192,11 +192,11 @@ def test_where_the_prior_and_the_noise_are_right_one_correction_is_better_on_ave
         theta = np.clip(rng.multivariate_normal(prior.mean, prior.cov), THETA_LOWER + 1e-3, THETA_UPPER - 1e-3)
         truth = JobModel("m", M, 1.0, 32.0, theta, prior.cov, prior)
         start = JobModel("m", M, 1.0, 32.0, np.array(prior.mean), prior.cov, prior)
-        want = np.log(est.rates(truth, k, n, g, b, uncertainty=False).iterations_per_s)
+        want = np.log(est.rates(truth, k, n, g, b, uncertainty=False).steps_per_s)
         measured = 1 / np.exp(want[1] + rng.normal(0, prior.noise))  # seconds of one step on 8 GPUs, 2 nodes
         steps = Steps(b[[1]], FAB.allreduce_seconds(M, 8, 2, 4), np.array([measured]), np.array([np.nan]))
         for model, out in ((start, before), (start.updated(steps), after)):
-            out.append(np.mean((np.log(est.rates(model, k, n, g, b, uncertainty=False).iterations_per_s) - want) ** 2))
+            out.append(np.mean((np.log(est.rates(model, k, n, g, b, uncertainty=False).steps_per_s) - want) ** 2))
     assert np.mean(after) < 0.3 * np.mean(before)
 
 
@@ -205,7 +205,7 @@ def test_vectorised_and_scalar_paths_agree_and_mixed_types_balance():
     est = Estimator(FAB, types)
     j = job(f=0.0, rho=0.5, nbytes=0.0)  # no communication: compute only, C ∝ local batch
     one = est.throughput(j, Placement.on((2, 2)), 128.0)
-    assert one == pytest.approx(est.rates(j, [4], [2], [2], [32.0]).iterations_per_s[0])
+    assert one == pytest.approx(est.rates(j, [4], [2], [2], [32.0]).steps_per_s[0])
     mixed = Placement((1, 1), ("V100", "K80"))
     # balanced: batch split 4:1, both finish together: 64·(4/5)/32 s on the V100
     assert est.throughput(j, mixed, 64.0) == pytest.approx(1 / (64 * 0.8 / 32))
@@ -236,7 +236,7 @@ shapes = st.lists(st.integers(1, 8), min_size=1, max_size=8)
 def _guarantees(est: Estimator, j: JobModel, shape: list[int], b: float) -> None:
     k = sum(shape)
     p = est.rates(j, [k, 1, k], [len(shape), 1, len(shape)], [max(shape), 1, max(shape)], [b, b * k, b])
-    rate = p.iterations_per_s
+    rate = p.steps_per_s
     assert np.all(np.isfinite(rate)) and np.all(rate > 0)
     assert np.all(np.isfinite(p.low)) and np.all(p.low > 0) and np.all(np.isfinite(p.high))
     one = 1.0 / j.compute_seconds(b)
@@ -254,7 +254,7 @@ def test_no_profile_predicts_super_linear_negative_or_non_finite_throughput(thet
     _guarantees(Estimator(fabric), j, shape, b)
     # strong scaling: the global batch b·k split over k GPUs is never more than k× one GPU's pace
     k = sum(shape)
-    strong = Estimator(fabric).rates(j, [1, k], [1, len(shape)], [1, max(shape)], [b * k, b]).iterations_per_s
+    strong = Estimator(fabric).rates(j, [1, k], [1, len(shape)], [1, max(shape)], [b * k, b]).steps_per_s
     assert strong[1] <= k * strong[0] * (1 + 1e-9)
 
 
@@ -274,7 +274,7 @@ def test_no_sequence_of_corrections_breaks_the_guarantees(fabric, profile, seq, 
     est = Estimator(fabric)
     for shape, lb, log_err, timed in seq:
         k = sum(shape)
-        pred = est.rates(j, [k], [len(shape)], [max(shape)], [lb], uncertainty=False).iterations_per_s[0]
+        pred = est.rates(j, [k], [len(shape)], [max(shape)], [lb], uncertainty=False).steps_per_s[0]
         seconds = math.exp(log_err) / pred
         comm = np.array([0.5 * seconds if timed else np.nan])
         base = fabric.allreduce_seconds(nbytes, k, len(shape), max(shape))
@@ -294,5 +294,5 @@ def test_a_batch_query_over_many_jobs_matches_one_job_at_a_time():
     many = est.predict(batch, idx, k, n, g, b)
     for i in range(4):
         one = est.rates(jobs[idx[i]], k[i:i + 1], n[i:i + 1], g[i:i + 1], b[i:i + 1])
-        assert many.iterations_per_s[i] == pytest.approx(one.iterations_per_s[0])
+        assert many.steps_per_s[i] == pytest.approx(one.steps_per_s[0])
         assert many.log_sd[i] == pytest.approx(one.log_sd[0])

@@ -35,7 +35,7 @@ def types_of(c: Cluster, gpus) -> set[str]:
 
 
 def speed_scorer(c: Cluster):
-    """Iterations/s ∝ GPUs × the slowest type's speed, minus a little per extra node."""
+    """Steps/s ∝ GPUs × the slowest type's speed, minus a little per extra node."""
     def score(job, per_node, types):
         return sum(per_node) * min(c.gpu_types[t].speed for t in types) - 0.01 * len(per_node)
     return score

@@ -21,7 +21,7 @@ from coddl.scheduler import Scheduler
 from coddl.sim.engine import simulate
 from coddl.sim.invariants import InvariantViolation, check_step
 
-# two models, one iteration per second on one GPU, perfectly scalable to 4
+# two models, one step per second on one GPU, perfectly scalable to 4
 CURVES = CurveTable(["a", "b"], np.array([[0.0, 1.0, 2.0, 3.0, 4.0], [0.0, 1.0, 2.0, 3.0, 4.0]]), np.array([4, 4]))
 PAIR = {(0, 1): 0.6, (1, 0): 0.8, (0, 0): 0.7, (1, 1): 0.7}  # f(a|b): a keeps 0.6 beside b, b keeps 0.8
 
@@ -44,7 +44,7 @@ def run(specs: list[JobSpec], gpus: int, rule: str | None, policy: str = "fifo",
 
 # ---------------------------------------------------------------- hand-computed co-location
 def test_two_half_gpu_jobs_share_one_gpu_at_the_measured_slowdowns() -> None:
-    """a keeps 0.6 beside b, b keeps 0.8 beside a; 100 iterations each at 1 it/s alone. Together from
+    """a keeps 0.6 beside b, b keeps 0.8 beside a; 100 steps each at 1 it/s alone. Together from
     t=0: b ends at 100/0.8 = 125 s, when a has done 0.6 × 125 = 75, so a ends at 125 + 25 = 150 s.
     On exclusive GPUs (one GPU, FIFO) they run one after the other: 100 s and 200 s."""
     specs = [job("a1", 0, 100, "a", gpu_fraction=0.5), job("b1", 0, 100, "b", gpu_fraction=0.5)]

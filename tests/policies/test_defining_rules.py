@@ -41,7 +41,7 @@ def finish(res) -> dict[str, float]:
 
 @pytest.mark.parametrize("policy", ["afs-l", "srtf", "srsf"])
 def test_remaining_not_total_work_decides_after_partial_progress(policy: str) -> None:
-    # One GPU, P(1) = 1. A (100 iterations) runs alone from 0; B (50) arrives at 90, when A has 10
+    # One GPU, P(1) = 1. A (100 steps) runs alone from 0; B (50) arrives at 90, when A has 10
     # left. By remaining work A keeps the GPU: A ends at 100, B at 150. Ranking by total work
     # (shortest-job-first) would hand it to B at 90: B at 140, A at 150.
     specs = [JobSpec("A", 0.0, 1, 100.0, "lin", max_gpus=1), JobSpec("B", 90.0, 1, 50.0, "lin", max_gpus=1)]
@@ -49,7 +49,7 @@ def test_remaining_not_total_work_decides_after_partial_progress(policy: str) ->
 
 
 def test_srtf_ranks_by_time_on_the_requested_gpus() -> None:
-    # Two GPUs. A asks for 2 and has 30 iterations: T_A(2) = 15 s; B asks for 1 with 20: T_B(1) = 20 s.
+    # Two GPUs. A asks for 2 and has 30 steps: T_A(2) = 15 s; B asks for 1 with 20: T_B(1) = 20 s.
     # SRTF on the request runs A first (0–15), then B (15–35). By time on one GPU (T_A(1) = 30) B
     # would go first and A, needing both GPUs, would wait until 20.
     specs = [JobSpec("A", 0.0, 2, 30.0, "lin", max_gpus=2), JobSpec("B", 0.0, 1, 20.0, "lin", max_gpus=1)]
@@ -79,7 +79,7 @@ def test_tiresias_l_demotes_then_promotes_a_starved_job() -> None:
     #   0–10  A (demoted at 10)         10–20 B, arrived at 10 (top queue; demoted at 20)
     #   20–40 A (queue 1, arrived first; B waits from 20, ran 10 s → promoted at 40)
     #   40–50 B (top queue again; demoted at 50)   50–70 A   70–80 B (promoted at 70, waits 50–70)
-    #   80–90 A finishes its 120 iterations (2/s: 10+20+20+10 s)   90–110 B finishes its 100
+    #   80–90 A finishes its 120 steps (2/s: 10+20+20+10 s)   90–110 B finishes its 100
     # Counting the wait in GPU-seconds (20 for B's 10 s) would promote B only at 60.
     pol = TiresiasL(TiresiasL.Params(thresholds=(20.0,), knob=2.0))
     specs = [JobSpec("A", 0.0, 2, 120.0, "lin", max_gpus=2), JobSpec("B", 10.0, 2, 100.0, "lin", max_gpus=2)]
@@ -91,7 +91,7 @@ def test_tiresias_l_demotes_then_promotes_a_starved_job() -> None:
 
 @pytest.mark.parametrize("order", ["arrival", "first-start"])
 def test_tiresias_l_queue_order(order: str) -> None:
-    # Two GPUs, threshold 5 GPU-s, no knob. Q (1 GPU, 5 iterations) and P (2 GPUs) arrive at 0: Q
+    # Two GPUs, threshold 5 GPU-s, no knob. Q (1 GPU, 5 steps) and P (2 GPUs) arrive at 0: Q
     # runs, P does not fit. D (1 GPU) arrives at 1 and backfills: D started before P, arrived after.
     # By arrival:
     #   5: Q ends; top queue P (arrived 0) before D: P takes both GPUs (demoted at 7.5 = 5 GPU-s)
@@ -114,7 +114,7 @@ def test_tiresias_l_queue_order(order: str) -> None:
 
 def test_afs_p_wakes_at_the_first_slice_end() -> None:
     # Two GPUs, slices of 100 s. j0 and j1 arrive at 0: light load (Σ min = 2 ≥ 2 GPUs is heavy, so
-    # both start slices ending at 100). j0 ends at 30 (30 iterations); j2, arriving at 40, starts a
+    # both start slices ending at 100). j0 ends at 30 (30 steps); j2, arriving at 40, starts a
     # slice at 40 ending at 140. j3 arrives at 50 and waits. At 100 j1's slice ends — the FIRST
     # end — and j3 (no slice yet) takes its GPU; waking at the last end (140) would start it late.
     pol = AfsP(AfsP.Params(slice_s=100.0))

@@ -148,7 +148,7 @@ def test_afs_p_authors_slices_re_decide_under_light_load() -> None:
 
 def test_themis_fair_share_respects_the_minimum() -> None:
     # 3 GPUs, 3 jobs, now = 100: the fair share is one GPU. A needs at least 2 (P(2) = 1.5,
-    # 200 iterations), B (100 iterations, linear) arrived at 0 like A, C (100) arrives now.
+    # 200 steps), B (100 steps, linear) arrived at 0 like A, C (100) arrives now.
     #   A's fair share is its minimum for half the time: T_ideal = 200 / (1.5 × 0.5) = 266.7,
     #   ρ_A(2) = (100 + 200/1.5) / 266.7 = 0.875;  ρ_B(1) = (100 + 100) / 100 = 2;  ρ_C(1) = 1.
     #   First GPUs by ρ: B, C (one each), A's two no longer fit; the last GPU to the worst

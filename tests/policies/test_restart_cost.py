@@ -1,7 +1,7 @@
 """A job whose resize costs a restart is grown only when the growth saves more than the restart
 costs (``coddl.policies.restarts``); the GPUs it does not take go to the others in the same
 decision; a job that resizes for free is decided exactly as before. Expected shares are worked
-out by hand in the comments (curve P(k) = k iterations/s)."""
+out by hand in the comments (curve P(k) = k steps/s)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def shares(s: Scheduler) -> dict[str, int]:
 
 def after_b_leaves(work_a: float, cost: float = COST, policy: str = "max-min") -> dict[str, int]:
     """4 GPUs. A and B start on 2 each at t = 0 (max-min); A runs at 2 it/s. B leaves at 50 s,
-    when A has ``work_a`` − 100 iterations left and may grow to 4 GPUs."""
+    when A has ``work_a`` − 100 steps left and may grow to 4 GPUs."""
     s = Scheduler(Cluster.for_gpus(4, 4), make_policy(policy), LIN)
     s.submit(JobSpec("A", 0.0, 1, work_a, "lin", 1, 4), 0.0)
     s.submit(JobSpec("B", 0.0, 1, 1e6, "lin", 1, 4), 0.0)
@@ -219,7 +219,7 @@ def test_a_job_that_resizes_for_free_is_neither_held_nor_judged_even_when_growth
 
 
 def test_a_sub_second_cost_still_has_to_be_paid_for() -> None:
-    # F (linear, 1 of up to 2 GPUs) has 0.5 iterations left: T(1) = 0.5 s, T(2) = 0.25 s. A resize
+    # F (linear, 1 of up to 2 GPUs) has 0.5 steps left: T(1) = 0.5 s, T(2) = 0.25 s. A resize
     # costing 0.5 s (say, a regroup that reloads state) saves 0.25 s: not worth it.
     s = fifo_running(LIN, 4, JobSpec("F", 0.0, 1, 0.5, "lin", 1, 2), costs={"F": 0.5})
     assert judge(s, F=2) == (["F"], ["F"])
@@ -243,11 +243,11 @@ def test_the_hold_reads_a_faster_job_at_its_corrected_speed() -> None:
     assert judge(s)[0] == []
 
 
-SLOW = CurveTable.from_points({"slow": {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4}})  # under 1 iteration/s
+SLOW = CurveTable.from_points({"slow": {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4}})  # under 1 step/s
 
 
 def test_the_hold_on_a_slow_model_and_at_the_end_of_its_measured_curve() -> None:
-    # 8 GPUs, a model measured to 4 GPUs at 0.1 iterations/s per GPU, restart cost 100 s.
+    # 8 GPUs, a model measured to 4 GPUs at 0.1 steps/s per GPU, restart cost 100 s.
     #   H on 1 of up to 2, W = 15: T(1) = 150 s, T(2) = 75 s: saves 75 s: held.
     #   K on 4 of up to 8 (its own maximum is past the curve, which is flat beyond 4), W = 100:
     #   no count it may grow to is faster: held (T(4) = 250 s whatever it gets).

@@ -52,8 +52,8 @@ def test_a_team_gets_its_quota_back_in_the_next_decision() -> None:
 
 
 def test_jcts_with_borrowing_and_reclaim() -> None:
-    # P(k) = k. A: 16,000 iterations, 1..8 GPUs, from t=0: 8 GPUs until B arrives at 1,000 (8,000
-    # done), then 4 GPUs while B runs; B: 4,000 iterations on 4 GPUs, 1,000-2,000. A has 4,000 left
+    # P(k) = k. A: 16,000 steps, 1..8 GPUs, from t=0: 8 GPUs until B arrives at 1,000 (8,000
+    # done), then 4 GPUs while B runs; B: 4,000 steps on 4 GPUs, 1,000-2,000. A has 4,000 left
     # at 2,000 and gets all 8 back: done at 2,500.
     specs = [job("A", "ann", 1, 16_000.0, hi=8), job("B", "bob", 1, 4_000.0, hi=4, at=1000.0)]
     res = simulate(specs, scheduler(LAB, "afs-p", 8), check=True)

@@ -128,7 +128,7 @@ def test_a_job_larger_than_the_replay_cluster_is_refused_before_any_simulation()
 
 def test_coddl_store_replays_the_work_its_jobs_did(tmp_path):
     """Job a: 100 steps at 4 steps/s on 2 GPUs, its curve (default) gives 2/1.25 steps/s there, so it ran
-    2.5× its curve and its work is 100/2.5 iterations: alone on 2 GPUs, 25 s. Job b: 50 steps at 5/s on 1
+    2.5× its curve and its work is 100/2.5 steps: alone on 2 GPUs, 25 s. Job b: 50 steps at 5/s on 1
     GPU, 10 s. FIFO on 2 GPUs: a runs [0, 25], b (arrived at 5) waits for a's GPUs and runs [25, 35]."""
     store = Store.for_state_dir(tmp_path)
     spec = {"name": "a", "entrypoint": "m:f", "steps": 100, "min_gpus": 2, "max_gpus": 2}
@@ -147,7 +147,7 @@ def test_coddl_store_replays_the_work_its_jobs_did(tmp_path):
 
     h = read_store(f"sqlite:///{tmp_path / 'coddl.db'}", runtime_curves())
     assert h.skipped == {"never started": 1} and h.peak_gpus == 2
-    work = {r.job.job_id: r.job.iterations for r in h.jobs}
+    work = {r.job.job_id: r.job.steps for r in h.jobs}
     assert work[f"coddl-{a.id}"] == pytest.approx(100 / 2.5) and work[f"coddl-{b.id}"] == pytest.approx(10.0)
     assert {r.account: r.gpu_seconds for r in h.jobs} == {"alice": pytest.approx(50.0), "bob": pytest.approx(10.0)}
 

@@ -48,7 +48,7 @@ def test_an_unnamed_job_is_profiled_corrected_replanned_and_keeps_its_profile(se
     assert sorted(rows.local_batch) == [1.0, 4.0, 8.0, 16.0] and set(rows.gpus) == {1}
     assert set(rows.param_bytes) == {4.0 * (PARAMS + 17)} and profile["global_batch"] == 32
     # sleeping 5 ms per sample: the step at 16 samples takes 60 ms longer than at 4
-    step = dict(zip(rows.local_batch.tolist(), (1 / rows.iterations_per_s).tolist()))
+    step = dict(zip(rows.local_batch.tolist(), (1 / rows.steps_per_s).tolist()))
     assert step[16.0] - step[4.0] == pytest.approx(0.060, abs=0.03)
 
     # the curve it is planned on is the estimator's for this cluster, from those rows and its belief

@@ -13,7 +13,7 @@ CURVES = load_coddl_curves()
 
 
 def authors_loop(trace):
-    """Their ``gen_philly_trace``: pool by max GPUs, skip before the draw, randint, skip < 1 iteration."""
+    """Their ``gen_philly_trace``: pool by max GPUs, skip before the draw, randint, skip < 1 step."""
     np.random.seed(0)
     out = []
     for tj in trace.jobs:

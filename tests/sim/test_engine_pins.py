@@ -3,7 +3,7 @@ counts (events, steps, actions), what it records, when it calls the policy, its 
 reports, the invariant checks it runs when asked (and only then), the restart charge it passes on,
 and the run it refuses (jobs that can never run).
 
-Every trace uses linear curves, P(k) = k iterations/s, so a job of W iterations on k GPUs takes W/k s.
+Every trace uses linear curves, P(k) = k steps/s, so a job of W steps on k GPUs takes W/k s.
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def test_a_wakeup_asked_for_after_the_last_exit_still_fires_on_an_empty_table() 
 
 # ---------------------------------------------------------------- progress
 def test_progress_is_reported_every_two_hundredth_of_the_jobs_and_at_the_end() -> None:
-    """401 one-iteration jobs on one GPU finish one a second: with 401 // 200 = 2, a report every two
+    """401 one-step jobs on one GPU finish one a second: with 401 // 200 = 2, a report every two
     finished jobs, and the last count once more at the end."""
     specs = [rigid(f"j{i:03d}", 0.0, 1, 1.0) for i in range(401)]
     seen: list[int] = []

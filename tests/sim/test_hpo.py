@@ -50,7 +50,7 @@ def test_every_rung_keeps_its_share_and_the_best_runs_to_the_end(n, eta):
 
 
 def test_a_workload_of_81_trials_does_the_work_successive_halving_leaves():
-    curves = CurveTable.from_points({"lin": {1: 2.0, 2: 4.0, 4: 8.0}})  # 2 iterations/s on one GPU
+    curves = CurveTable.from_points({"lin": {1: 2.0, 2: 4.0, 4: 8.0}})  # 2 steps/s on one GPU
     w = study_workload([81, 8], curves, ["lin"], trial_s=81.0, eta=3, interval_s=100.0, seed=4)
     full = 162.0
     a, b = w.studies
@@ -74,10 +74,10 @@ def test_a_workload_of_81_trials_does_the_work_successive_halving_leaves():
 
 
 def test_a_study_of_three_trials_by_hand():
-    """Three trials of a linearly scaling model (1 iteration/s per GPU, up to 4 GPUs), R = 3600; two
+    """Three trials of a linearly scaling model (1 step/s per GPU, up to 4 GPUs), R = 3600; two
     stop at R/3. FIFO, one GPU each: losers end at 1200 s, the best at 3600 s, 6000 GPU-s spent.
     Max-min on 6 GPUs: 2 GPUs each, the losers end at 600 s; the best then gets 4 GPUs and does its
-    remaining 2400 iterations in 600 s: best at 1200 s, again 2·600·3 + 4·600 = 6000 GPU-s."""
+    remaining 2400 steps in 600 s: best at 1200 s, again 2·600·3 + 4·600 = 6000 GPU-s."""
     curves = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})
     w = study_workload([3], curves, ["lin"], trial_s=3600.0, eta=3, seed=0)
     for policy, gpus, best_s in (("fifo", 3, 3600.0), ("max-min", 6, 1200.0)):

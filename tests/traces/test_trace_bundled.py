@@ -65,7 +65,7 @@ def test_tiresias_60():
     t = load_trace("tiresias-60")
     assert len(t.jobs) == 60
     j = t.jobs[0]
-    assert (j.job_id, j.num_gpus, j.iterations, j.model, j.duration) == ("0", 1, 606.0, "vgg19", 164.0)
+    assert (j.job_id, j.num_gpus, j.steps, j.model, j.duration) == ("0", 1, 606.0, "vgg19", 164.0)
 
 
 def test_gavel_msr_traces():
@@ -74,7 +74,7 @@ def test_gavel_msr_traces():
     assert sum(len(load_trace(n).jobs) for n in names) == 15_264
     t = load_trace("gavel-philly-6c71a0")
     j = t.jobs[3]
-    assert (j.model, j.batch_size, j.iterations, j.num_gpus) == ("ResNet-18 (batch size 32)", 32, 60779782.0, 1)
+    assert (j.model, j.batch_size, j.steps, j.num_gpus) == ("ResNet-18 (batch size 32)", 32, 60779782.0, 1)
 
 
 def test_limit_keeps_the_first_jobs_by_arrival():

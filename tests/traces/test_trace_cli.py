@@ -36,7 +36,7 @@ def test_export_writes_a_replayable_workload(tmp_path):
     r = _run("export", "--trace", "itp", "--vc", "cluster03", "--jobs", "50", "--seed", "1", str(out))
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
-    assert lines[0] == "job_id,arrival,num_gpus,duration,iterations,model,min_gpus,max_gpus,user,group"  # group: the team (VC)
+    assert lines[0] == "job_id,arrival,num_gpus,duration,steps,model,min_gpus,max_gpus,user,group"  # group: the team (VC)
     assert len(lines) == 51
     again = tmp_path / "w2.csv"
     assert _run("export", "--trace", str(out), "--seed", "5", str(again)).returncode == 0

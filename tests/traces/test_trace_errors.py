@@ -86,13 +86,25 @@ def test_duplicate_job_id_names_both_lines(tmp_path):
     assert _error(p) == "w.csv:3: name: duplicate job id 'j' (first on line 2)"
 
 
-def test_native_row_without_duration_or_iterations(tmp_path):
-    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,duration,iterations\na,0,1,,5\nb,0,1,,\n")
-    assert _error(p) == "t.csv:3: duration: each job needs a duration or iterations; both are empty"
+def test_native_row_without_duration_or_steps(tmp_path):
+    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,duration,steps\na,0,1,,5\nb,0,1,,\n")
+    assert _error(p) == "t.csv:3: duration: each job needs a duration or steps; both are empty"
+
+
+def test_native_former_column_name_reads_as_steps(tmp_path):
+    """Files written when the column was called ``iterations`` still read, and a bad cell in it is
+    named as the file spells it."""
+    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,iterations,model\na,0,1,250,resnet50\n")
+    (job,) = load_trace(str(p)).jobs
+    assert (job.steps, job.duration, job.model) == (250.0, None, "resnet50")
+    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,iterations\na,0,1,-5\n")
+    assert _error(p) == "t.csv:2: iterations: expected a positive number, got '-5'"
+    both = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,iterations,steps\na,0,1,7,9\n")
+    assert load_trace(str(both)).jobs[0].steps == 9.0  # the current name wins
 
 
 def test_native_max_below_min(tmp_path):
-    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,iterations,min_gpus,max_gpus\na,0,2,5,4,2\n")
+    p = _write(tmp_path, "t.csv", "job_id,arrival,num_gpus,steps,min_gpus,max_gpus\na,0,2,5,4,2\n")
     assert _error(p) == "t.csv:2: max_gpus: expected at least min_gpus (4), got 2"
 
 
@@ -105,7 +117,7 @@ def test_unrecognised_header(tmp_path):
 def test_tiresias_and_gavel_errors(tmp_path):
     p = _write(tmp_path, "60_job.csv", "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
                                        "0,1,0,606,vgg19,164,30\n1,8,30,-1,vgg11,147,23\n")
-    assert _error(p) == "60_job.csv:3: iterations: expected a positive number, got '-1'"
+    assert _error(p) == "60_job.csv:3: iterations: expected a positive number, got '-1'"  # Tiresias's name
     p = _write(tmp_path, "vc.trace", "ResNet-18 (batch size 32)\tcmd\t--num_steps\t1\t100\t0.0\t1\n"
                                      "ResNet-18 (batch size 32)\tcmd\t--num_steps\t1\t100\t5.0\n")
     assert _error(p) == "vc.trace:2: scale_factor: missing value (the row has 6 of 7 fields)"

@@ -26,12 +26,12 @@ def _jobs(draw) -> list[TraceJob]:
     arrivals[0] = 0.0  # readers make arrivals relative to the first job
     jobs = []
     for job_id, arrival in zip(ids, arrivals):
-        duration, iterations = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
+        duration, steps = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
         lo = draw(st.none() | st.integers(1, 64))
         jobs.append(TraceJob(
             job_id, arrival, draw(_counts),
             duration=draw(_work) if duration else None,
-            iterations=draw(_work) if iterations else None,
+            steps=draw(_work) if steps else None,
             model=draw(st.none() | _names),
             min_gpus=lo,
             max_gpus=draw(st.none() | st.integers(lo or 1, 128)),
@@ -67,7 +67,7 @@ def test_convert_itp_round_trip(tmp_path):
 
 def test_native_is_sorted_and_shifted_like_every_trace(tmp_path):
     p = tmp_path / "t.csv"
-    p.write_text("job_id,arrival,num_gpus,iterations,model\nb,30,2,10,m\na,10,1,5,m\nc,30,1,5,m\n")
+    p.write_text("job_id,arrival,num_gpus,steps,model\nb,30,2,10,m\na,10,1,5,m\nc,30,1,5,m\n")
     t = load_trace(str(p))
     assert [(j.job_id, j.arrival) for j in t.jobs] == [("a", 0.0), ("b", 20.0), ("c", 20.0)]
 
@@ -85,7 +85,7 @@ def test_parquet_errors_name_the_row(tmp_path):
         load_trace(str(tmp_path / "m.parquet"))
 
 
-def test_jobs_without_duration_or_iterations_cannot_be_written(tmp_path):
+def test_jobs_without_duration_or_steps_cannot_be_written(tmp_path):
     with pytest.raises(TraceError, match="^cifar10-0: duration: the native format needs"):
         write_native(load_trace("pollux-1").jobs, tmp_path / "p.csv")
     with pytest.raises(TraceError, match=r"expected an output name ending in \.csv, \.csv\.gz or \.parquet"):
@@ -111,9 +111,9 @@ def test_parquet_with_integer_ids_and_float_counts(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.table({"job_id": [7, 8], "arrival": [0, 5], "num_gpus": [2.0, 4.0],
-                             "duration": [10, None], "iterations": [None, 3.5]}), tmp_path / "t.parquet")
+                             "duration": [10, None], "steps": [None, 3.5]}), tmp_path / "t.parquet")
     t = load_trace(str(tmp_path / "t.parquet"))
-    assert t.jobs == [TraceJob("7", 0.0, 2, duration=10.0), TraceJob("8", 5.0, 4, iterations=3.5)]
+    assert t.jobs == [TraceJob("7", 0.0, 2, duration=10.0), TraceJob("8", 5.0, 4, steps=3.5)]
     pq.write_table(pa.table({"job_id": ["a"], "arrival": [0.0], "num_gpus": [2.5], "duration": [1.0]}),
                    tmp_path / "u.parquet")
     with pytest.raises(TraceError, match=r"^u\.parquet:1: num_gpus: expected a positive integer, got '2\.5'$"):

@@ -324,7 +324,7 @@ def _native(tmp_path: Path, text: str, name: str = "n.csv"):
 
 
 def test_native_parse_every_column(tmp_path: Path):
-    p = _native(tmp_path, "job_id,arrival,num_gpus,duration,iterations,model,min_gpus,max_gpus,cpus,user,"
+    p = _native(tmp_path, "job_id,arrival,num_gpus,duration,steps,model,min_gpus,max_gpus,cpus,user,"
                           "batch_size,group,extra\n"
                           "a,5,2,10.5,,m1,1,4,8,u1,32,g1,zz\n"
                           "b,0,1,,300,,,,,,,,\n"
@@ -333,15 +333,15 @@ def test_native_parse_every_column(tmp_path: Path):
     assert p.arrival.tolist() == [5.0, 0.0, 2.5]
     assert p.num_gpus.tolist() == [2, 1, 4] and p.num_gpus.dtype == np.int64
     assert p.fields == {
-        "duration": [10.5, None, 7.0], "iterations": [None, 300.0, 70.0], "model": ["m1", None, "m2"],
+        "duration": [10.5, None, 7.0], "steps": [None, 300.0, 70.0], "model": ["m1", None, "m2"],
         "min_gpus": [1, None, 2], "max_gpus": [4, None, 2], "cpus": [8, None, None], "user": ["u1", None, "u2"],
         "batch_size": [32, None, None], "group": ["g1", None, "g2"],
     }
 
 
-def test_native_parse_only_iterations_and_only_duration(tmp_path: Path):
-    p = _native(tmp_path, "job_id,arrival,num_gpus,iterations\nx,1,1,5\n")
-    assert p.fields == {"iterations": [5.0]}
+def test_native_parse_only_steps_and_only_duration(tmp_path: Path):
+    p = _native(tmp_path, "job_id,arrival,num_gpus,steps\nx,1,1,5\n")
+    assert p.fields == {"steps": [5.0]}
     p = _native(tmp_path, "job_id,arrival,num_gpus,duration\nx,1,1,5\n")
     assert p.fields == {"duration": [5.0]}
 
@@ -353,12 +353,12 @@ def test_native_parse_errors(tmp_path: Path):
         "n.csv:1: duration: missing column; the header is job_id,arrival,num_gpus"
     assert err("job_id,num_gpus,duration\nx,1,1\n") == \
         "n.csv:1: arrival: missing column; the header is job_id,num_gpus,duration"
-    assert err("job_id,arrival,num_gpus,duration,iterations\nx,1,1,2,\ny,1,1,,\n") == \
-        "n.csv:3: duration: each job needs a duration or iterations; both are empty"
+    assert err("job_id,arrival,num_gpus,duration,steps\nx,1,1,2,\ny,1,1,,\n") == \
+        "n.csv:3: duration: each job needs a duration or steps; both are empty"
     assert err("job_id,arrival,num_gpus,duration\nx,1,1,2\ny,1,1,\n") == \
-        "n.csv:3: duration: each job needs a duration or iterations; both are empty"
-    assert err("job_id,arrival,num_gpus,iterations\nx,1,1,2\ny,1,1,\n") == \
-        "n.csv:3: duration: each job needs a duration or iterations; both are empty"
+        "n.csv:3: duration: each job needs a duration or steps; both are empty"
+    assert err("job_id,arrival,num_gpus,steps\nx,1,1,2\ny,1,1,\n") == \
+        "n.csv:3: duration: each job needs a duration or steps; both are empty"
     assert err("job_id,arrival,num_gpus,duration,min_gpus,max_gpus\nx,1,1,2,2,2\ny,1,1,2,3,2\n") == \
         "n.csv:3: max_gpus: expected at least min_gpus (3), got 2"
     # a blank bound on either side is not compared
@@ -372,13 +372,13 @@ def test_native_parse_errors(tmp_path: Path):
         "n.csv:3: job_id: duplicate job id 'x' (first on line 2)"
     assert err("job_id,arrival,num_gpus,duration,cpus\nx,1,1,2,1.5\n") == \
         "n.csv:2: cpus: expected a positive integer, got '1.5'"
-    assert err("job_id,arrival,num_gpus,duration,iterations\nx,1,1,2,0\n") == \
-        "n.csv:2: iterations: expected a positive number, got '0'"
+    assert err("job_id,arrival,num_gpus,duration,steps\nx,1,1,2,0\n") == \
+        "n.csv:2: steps: expected a positive number, got '0'"
 
 
 JOBS = [
     TraceJob("a", 0.0, 2, duration=10.123456789012345),
-    TraceJob("b", 1.5, 1, iterations=300.0, model="m", user="u", group="g", min_gpus=1, max_gpus=4,
+    TraceJob("b", 1.5, 1, steps=300.0, model="m", user="u", group="g", min_gpus=1, max_gpus=4,
              cpus=3, batch_size=64),
 ]
 
@@ -390,14 +390,14 @@ def test_write_native_round_trips(tmp_path: Path, name: str):
     t = load_trace(str(path))
     assert t.jobs == JOBS
     if name.lower().endswith(".gz"):
-        assert gzip.decompress(path.read_bytes()).startswith(b"job_id,arrival,num_gpus,duration,iterations,model,"
+        assert gzip.decompress(path.read_bytes()).startswith(b"job_id,arrival,num_gpus,duration,steps,model,"
                                                              b"min_gpus,max_gpus,cpus,user,batch_size,group\n")
 
 
 def test_write_native_csv_text_and_columns(tmp_path: Path):
     path = tmp_path / "w.csv"
-    native.write_native([TraceJob("a", 0.0, 2, duration=10.5), TraceJob("b", 3.0, 1, iterations=7.0)], path)
-    assert path.read_text() == "job_id,arrival,num_gpus,duration,iterations\na,0.0,2,10.5,\nb,3.0,1,,7.0\n"
+    native.write_native([TraceJob("a", 0.0, 2, duration=10.5), TraceJob("b", 3.0, 1, steps=7.0)], path)
+    assert path.read_text() == "job_id,arrival,num_gpus,duration,steps\na,0.0,2,10.5,\nb,3.0,1,,7.0\n"
     path2 = tmp_path / "v.csv"
     native.write_native([TraceJob("a", 0.0, 2, duration=1.0, user="u")], path2)
     assert path2.read_text() == "job_id,arrival,num_gpus,duration,user\na,0.0,2,1.0,u\n"
@@ -417,7 +417,7 @@ def test_write_native_parquet_types(tmp_path: Path):
 
 def test_write_native_errors(tmp_path: Path):
     assert _err(native.write_native, [TraceJob("a", 0.0, 1), TraceJob("b", 0.0, 1)], tmp_path / "x.csv") == \
-        "a: duration: the native format needs a duration or iterations for every job, this job has neither"
+        "a: duration: the native format needs a duration or steps for every job, this job has neither"
     bad = tmp_path / "x.txt"
     assert _err(native.write_native, JOBS, bad) == f"{bad}: expected an output name ending in .csv, .csv.gz or .parquet"
     missing = tmp_path / "no" / "x.csv"
@@ -441,11 +441,11 @@ def test_parquet_columns_keep_their_declared_types(tmp_path: Path):
     and read back as the same jobs."""
     import pyarrow.parquet as pq
     path = tmp_path / "i.parquet"
-    native.write_native([TraceJob("a", 0, 2, duration=5, iterations=7)], path)
+    native.write_native([TraceJob("a", 0, 2, duration=5, steps=7)], path)
     schema = pq.read_table(path).schema
-    assert [str(schema.field(c).type) for c in ("job_id", "arrival", "num_gpus", "duration", "iterations")] == \
+    assert [str(schema.field(c).type) for c in ("job_id", "arrival", "num_gpus", "duration", "steps")] == \
         ["string", "double", "int64", "double", "double"]
-    assert load_trace(str(path)).jobs == [TraceJob("a", 0.0, 2, duration=5.0, iterations=7.0)]
+    assert load_trace(str(path)).jobs == [TraceJob("a", 0.0, 2, duration=5.0, steps=7.0)]
 
 
 def test_parquet_bad_row_names_the_data_row(tmp_path: Path):
@@ -460,7 +460,7 @@ def test_write_specs_and_one_cpu_count(tmp_path: Path):
                    account="acc", duration=50.0)
     path = tmp_path / "s.csv"
     assert native.write_specs([spec], path) == 1
-    assert load_trace(str(path)).jobs == [TraceJob("j", 0.0, 2, duration=50.0, iterations=500.0, model="resnet",
+    assert load_trace(str(path)).jobs == [TraceJob("j", 0.0, 2, duration=50.0, steps=500.0, model="resnet",
                                                    min_gpus=1, max_gpus=4, cpus=6, user="u", group="acc")]
     two = JobSpec("k", 0.0, 1, 5.0, "m", min_cpus=2, max_cpus=4)
     assert _err(native.write_specs, [two], path) == \
@@ -502,7 +502,7 @@ def test_loader_unrecognised_header(tmp_path: Path):
     p.write_text("\nfoo,bar\n1,2\n")
     assert _err(load_trace, str(p)) == (
         "u.csv:2: header: unrecognised trace format, header is foo,bar; expected one of: "
-        "native (job_id,arrival,num_gpus,duration|iterations); philly (timestamp,duration,num_gpus,cluster); "
+        "native (job_id,arrival,num_gpus,duration|steps); philly (timestamp,duration,num_gpus,cluster); "
         "itp (job_id,submission_time,duration,num_gpu); pollux (name,time,application,num_replicas,batch_size); "
         "tiresias (job_id,num_gpu,submit_time,duration); or a .parquet or Gavel .trace file")
 
@@ -574,7 +574,7 @@ from coddl.traces import history as H  # noqa: E402
 
 
 def _rec(jid, submit, start, end, gpus, part="p1", arrival=None):
-    job = TraceJob(jid, submit if arrival is None else arrival, gpus, duration=end - start, iterations=9.0,
+    job = TraceJob(jid, submit if arrival is None else arrival, gpus, duration=end - start, steps=9.0,
                    model="m", min_gpus=1, max_gpus=gpus, cpus=2, user="u", batch_size=8, group="g")
     return H.RecordedJob(job, "acc", part, "COMPLETED", submit, start, end, gpus * (end - start))
 
@@ -635,7 +635,7 @@ def test_gavel_msr_by_hand(tmp_path: Path):
     q = gavel.parse_msr(p)
     assert q.job_id == ["abc123-1", "abc123-4"]
     assert q.arrival.tolist() == [5.5, 0.0] and q.num_gpus.tolist() == [2, 1]
-    assert q.fields["iterations"].tolist() == [1000.0, 250.5]
+    assert q.fields["steps"].tolist() == [1000.0, 250.5]
     assert q.fields["model"] == ["ResNet-18 (batch size 64)", "Transformer"]
     assert q.fields["batch_size"] == [64, None]
     assert q.fields["group"] == ["abc123", "abc123"]
@@ -726,7 +726,7 @@ def test_itp_pollux_tiresias_by_hand(tmp_path: Path):
                                            "1,2,30,100,vgg,50\n2,1,0,,,7\n"))
     assert (q.job_id, q.arrival.tolist(), q.num_gpus.tolist()) == (["1", "2"], [30.0, 0.0], [2, 1])
     assert q.fields["duration"].tolist() == [50.0, 7.0]
-    assert q.fields["iterations"] == [100.0, None] and q.fields["model"] == ["vgg", None]
+    assert q.fields["steps"] == [100.0, None] and q.fields["model"] == ["vgg", None]
     q = tiresias.parse(_table_of(tmp_path, "job_id,num_gpu,submit_time,duration\n1,2,30,50\n"))
     assert set(q.fields) == {"duration"}
     assert _err(tiresias.parse, _table_of(tmp_path, "job_id,num_gpu,submit_time,iterations,duration\n"
@@ -758,7 +758,7 @@ from coddl.traces.stats import trace_stats  # noqa: E402
 
 
 def test_trace_stats_by_hand():
-    t = Trace("t", [TraceJob("a", 0.0, 2, duration=10.0), TraceJob("b", 50.0, 1, iterations=5.0),
+    t = Trace("t", [TraceJob("a", 0.0, 2, duration=10.0), TraceJob("b", 50.0, 1, steps=5.0),
                     TraceJob("c", 100.0, 2, duration=30.0)])
     s = trace_stats(t, 4)
     assert (s.name, s.jobs, s.span, s.gpu_histogram, s.jobs_with_duration) == ("t", 3, 100.0, {1: 1, 2: 2}, 2)
@@ -769,7 +769,7 @@ def test_trace_stats_by_hand():
     assert trace_stats(t, 0).offered_load is None
     one = trace_stats(Trace("o", [TraceJob("a", 0.0, 2, duration=10.0)]), 4)
     assert one.span == 0.0 and one.offered_load is None and one.total_gpu_time == 20.0
-    none = trace_stats(Trace("n", [TraceJob("a", 0.0, 2, iterations=1.0), TraceJob("b", 9.0, 1, iterations=1.0)]), 4)
+    none = trace_stats(Trace("n", [TraceJob("a", 0.0, 2, steps=1.0), TraceJob("b", 9.0, 1, steps=1.0)]), 4)
     assert (none.duration_percentiles, none.mean_duration, none.total_gpu_time, none.offered_load) == \
         ({}, None, 0.0, None)
 
@@ -883,9 +883,9 @@ def test_read_store_by_hand(tmp_path: Path):
     assert (ra.account, ra.partition, ra.state, ra.submit, ra.end) == ("alice", "", "finished", t, t + 35)
     assert ra.start == pytest.approx(t + 10) and ra.gpu_seconds == pytest.approx(35.0)
     assert (rb.account, rb.state, rb.end, rb.gpu_seconds) == ("bob", "failed", t + 50, pytest.approx(10.0))
-    assert ra.job.iterations == pytest.approx(100 / (4.0 / curves.rate[m, 2]))
-    assert rb.job.iterations == pytest.approx(50 / (5.0 / curves.rate[m, 1]))
-    assert ra.job == TraceJob(f"coddl-{a.id}", t, 1, iterations=ra.job.iterations, model=curves.names[m],
+    assert ra.job.steps == pytest.approx(100 / (4.0 / curves.rate[m, 2]))
+    assert rb.job.steps == pytest.approx(50 / (5.0 / curves.rate[m, 1]))
+    assert ra.job == TraceJob(f"coddl-{a.id}", t, 1, steps=ra.job.steps, model=curves.names[m],
                               min_gpus=1, max_gpus=2, user="alice", group="alice")
     assert h.usage == [(pytest.approx(t + 10), 2), (pytest.approx(t + 20), 1), (pytest.approx(t + 35), 0),
                        (pytest.approx(t + 40), 1), (pytest.approx(t + 50), 0)]

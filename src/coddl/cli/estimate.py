@@ -110,7 +110,7 @@ def predict(
     model: str = typer.Option(..., "--model", help="The job (a model name in the tables)."),
     placements: list[str] = typer.Option(..., "--placement", help="GPUs per node, e.g. 2+2; repeat for more."),
     local_batch: Optional[float] = typer.Option(None, "--local-batch", help="Samples per GPU (weak scaling)."),
-    global_batch: Optional[float] = typer.Option(None, "--global-batch", help="Samples per iteration, split "
+    global_batch: Optional[float] = typer.Option(None, "--global-batch", help="Samples per step, split "
                                                  "over the GPUs (strong scaling)."),
     gpu_type: Optional[str] = typer.Option(None, "--gpu-type", help="GPU type of the placement (default: the "
                                            "one the job was profiled on)."),
@@ -119,7 +119,7 @@ def predict(
     on: Optional[str] = typer.Option(None, "--from", help="Which cluster's rows hold the job's profile."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Iterations/s (and samples/s, with a 90% interval) of a job on each placement."""
+    """Steps/s (and samples/s, with a 90% interval) of a job on each placement."""
     from coddl.perf.calibrate import Calibration, one_gpu_model
     from coddl.perf.correction import correct
     from coddl.perf.table import ProfileError, read_profiles
@@ -151,8 +151,8 @@ def predict(
         speed = est.speed(job, kind)
         p = est.rates(job, k, np.array([len(s) for s in shapes]), np.array([s[0] for s in shapes]), local, speed)
     results = [{"placement": "+".join(map(str, s)), "gpus": int(k[i]), "nodes": len(s), "local_batch": float(local[i]),
-                "iterations_per_s": float(p.iterations_per_s[i]), "low": float(p.low[i]), "high": float(p.high[i]),
-                "samples_per_s": float(p.iterations_per_s[i] * local[i] * k[i]),
+                "steps_per_s": float(p.steps_per_s[i]), "low": float(p.low[i]), "high": float(p.high[i]),
+                "samples_per_s": float(p.steps_per_s[i] * local[i] * k[i]),
                 "compute_s": float(p.compute_s[i]), "comm_s": float(p.comm_s[i])} for i, s in enumerate(shapes)]
     if json_out:
         _out.print_json(json.dumps({"model": model, "gpu_type": kind, "corrected_with": job.measured,
@@ -160,11 +160,11 @@ def predict(
         return
     t = Table(title=f"{model} on {cal.cluster} ({kind})" + (f", corrected with {job.measured} measured steps"
                                                             if job.measured else ""))
-    for col in ("placement", "GPUs", "local batch", "iterations/s", "90% interval", "samples/s",
+    for col in ("placement", "GPUs", "local batch", "steps/s", "90% interval", "samples/s",
                 "compute s", "exposed comm s"):
         t.add_column(col, justify="right")
     for r in results:
-        t.add_row(r["placement"], str(r["gpus"]), f"{r['local_batch']:g}", f"{r['iterations_per_s']:.4g}",
+        t.add_row(r["placement"], str(r["gpus"]), f"{r['local_batch']:g}", f"{r['steps_per_s']:.4g}",
                   f"{r['low']:.3g}–{r['high']:.3g}", f"{r['samples_per_s']:.4g}", f"{r['compute_s']:.3g}",
                   f"{r['comm_s']:.3g}")
     _out.print(t)

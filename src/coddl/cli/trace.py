@@ -71,7 +71,7 @@ def export(
                                                                   "authors' simulator's draw, seed 0 per trace)"),
 ) -> None:
     """Write the workload the simulator would build from a trace, one job per row; reading the
-    file back replays exactly the same jobs (model and iterations are given)."""
+    file back replays exactly the same jobs (model and steps are given)."""
     # The workload builder pulls in the simulator; info and convert do not need it.
     from coddl.perf.curves import load_coddl_curves
     from coddl.errors import ConfigError

@@ -32,7 +32,7 @@ class JobSpec:
 
     ``requested_gpus`` (r_j) is what the user asked for: rigid policies give exactly that or nothing.
     ``min_gpus``/``max_gpus`` bound what elastic policies may give; ``max_gpus`` defaults to the
-    model's maximum useful GPUs, which can exceed the request. ``total_work`` is in iterations of
+    model's maximum useful GPUs, which can exceed the request. ``total_work`` is in steps of
     the job's model at its fixed global batch, so work is independent of how many GPUs run it.
 
     Sharing a GPU (the other scale of GPU management: many jobs per GPU). ``gpu_fraction`` < 1 asks

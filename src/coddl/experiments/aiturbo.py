@@ -15,13 +15,13 @@ The setting, and the assumptions it rests on:
   proportional 3 cores per GPU.
 * GPU scaling: Synergy measured only 1-GPU jobs, so P_m(k) comes from the analytic estimator
   (``perf/estimator.py``) with a fixed global batch (Synergy's 1-GPU batch), a compute time of
-  Synergy's iteration time of which 10 % is batch-independent overhead (an assumption), the
+  Synergy's step time of which 10 % is batch-independent overhead (an assumption), the
   models' published parameter counts (``PARAMS``) and the estimator's default links; ring
   all-reduce over consolidated placements. A model's maximum useful GPUs is the k of its best
   throughput.
 * CPU: the simulator's rate is P_m(k) × Synergy's factor for the job's cores per GPU
   (``sim/cpu_rate.py``); policies that do not decide cores get their nodes' proportional share.
-* Pollux durations: Pollux workloads carry no duration, so a job's is the iterations its
+* Pollux durations: Pollux workloads carry no duration, so a job's is the steps its
   application needed to converge at the nearest batch size Pollux validated
   (``validation-<batch>.csv``, last row), times the T4 step time at its per-GPU batch from
   Pollux's 1-GPU measurements, fitted affine in the batch (synchronisation left out).
@@ -97,7 +97,7 @@ def synergy_curves(c: Cluster, kmax: int = 64) -> CurveTable:
 # ------------------------------------------------------------------ Pollux durations
 @lru_cache(maxsize=None)
 def _pollux_app(app: str) -> tuple[dict[int, float], tuple[float, float]]:
-    """(iterations to converge by validated batch size, (α, β) of the 1-GPU step time α + β·b)."""
+    """(steps to converge by validated batch size, (α, β) of the 1-GPU step time α + β·b)."""
     from coddl.perf.convert import pollux_table
 
     folder = data_path(f"profiles/pollux/{app}")
@@ -132,7 +132,7 @@ def workload(trace: str, jobs: int | None, seed: int, curves: CurveTable, capaci
         if duration is None:  # Pollux: from the application's convergence and step time
             duration = pollux_duration(str(j.model), j.num_gpus, int(j.batch_size or 1))
         rows.append(dataclasses.replace(j, num_gpus=min(j.num_gpus, capacity), duration=duration, model=None,
-                                        iterations=None))
+                                        steps=None))
     t.jobs = rows
     return build_workload(t, curves, seed=seed, pool=tuple(curves.names))
 

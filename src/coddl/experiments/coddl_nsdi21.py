@@ -6,7 +6,7 @@ authors' simulator ran these baselines"), so that whole-VC figures compare direc
 
 * workload: their model draw (``sim/workload.py``: legacy ``np.random.seed(0)`` per VC,
   ``randint`` over the eligible pool per job in submit order; jobs no pool model scales to are
-  skipped before the draw, jobs under one iteration after it);
+  skipped before the draw, jobs under one step after it);
 * policies: AFS-L visiting candidates in arrival order, AFS-P with a fresh coin per contest and
   slices under light load too, Tiresias-L clearing a demotion when the job gets GPUs again
   (``preset=coddl`` of each); FIFO, SRTF, SRSF, max-min and Optimus as they are (their defaults are

@@ -6,7 +6,7 @@ the accuracy protocol. ``coddl estimate`` is the same API on the command line.
     cal = perf.calibrate(table, cluster)                           # the cluster's fabric (+ the bundled prior)
     est = cal.estimator()
     job = perf.one_gpu_model(table.where(model="bert"), cal.prior)  # a job from its one-GPU rows
-    p = est.rates(job, gpus, nodes, max_per_node, local_batch)     # iterations/s with a 90% interval
+    p = est.rates(job, gpus, nodes, max_per_node, local_batch)     # steps/s with a 90% interval
     job = perf.correct(job, est, measured_rows)                    # after measuring it on a placement
 """
 

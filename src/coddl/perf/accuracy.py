@@ -58,7 +58,7 @@ class AppAccuracy:
     amdahl_two: float
     worse_near: float
     coverage: float
-    # (measured, predicted before, predicted after the median single correction) iterations/s,
+    # (measured, predicted before, predicted after the median single correction) steps/s,
     # for predicted-vs-measured plots; not part of the summary
     points: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
@@ -107,14 +107,14 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
     multi = multi.take(order)
     job = one_gpu_model(rows, prior)
     k, n, g, b, share = multi.gpus, multi.nodes, multi.max_per_node, multi.local_batch, multi.compute_share
-    rate = multi.iterations_per_s
+    rate = multi.steps_per_s
     steps = job_steps(multi, estimator.fabric)
 
     def predict(model: JobModel, uncertainty: bool = False):
         return estimator.rates(model, k, n, g, b, uncertainty=uncertainty, share=share)
 
     first = predict(job, uncertainty=True)
-    before = mape(first.iterations_per_s, rate)
+    before = mape(first.steps_per_s, rate)
     coverage = float(np.mean((rate >= first.low) & (rate <= first.high)))
     compute = job.compute_seconds(b) / share
     linear = mape(1.0 / compute, rate)
@@ -124,14 +124,14 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
         rest = np.ones(len(multi), dtype=bool)
         rest[m] = False
         corrected = job.updated(_one(steps, [m]))
-        pred = predict(corrected).iterations_per_s
+        pred = predict(corrected).steps_per_s
         after.append(mape(pred[rest], rate[rest]))
         preds.append(pred)
         p = _fit_amdahl(compute[[m]], k[[m]], rate[[m]])
         amdahl.append(mape(_amdahl_rate(compute[rest], k[rest], p), rate[rest]))
         near = rest & (b == b[m]) & ((n > 1) == (n[m] > 1)) & (k >= k[m] / 2) & (k <= 2 * k[m])
         if near.any():
-            worse.append(mape(pred[near], rate[near]) > mape(first.iterations_per_s[near], rate[near]) + 1e-9)
+            worse.append(mape(pred[near], rate[near]) > mape(first.steps_per_s[near], rate[near]) + 1e-9)
     after_two, amdahl_two = [], []
     half = max(1, len(chosen) // 2)
     for i, m1 in enumerate(chosen):
@@ -142,7 +142,7 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
         rest[[m1, m2]] = False
         if not rest.any():
             continue
-        pred = predict(job.updated(_one(steps, [m1, m2]))).iterations_per_s
+        pred = predict(job.updated(_one(steps, [m1, m2]))).steps_per_s
         after_two.append(mape(pred[rest], rate[rest]))
         p = _fit_amdahl(compute[[m1, m2]], k[[m1, m2]], rate[[m1, m2]])
         amdahl_two.append(mape(_amdahl_rate(compute[rest], k[rest], p), rate[rest]))
@@ -152,7 +152,7 @@ def evaluate_job(estimator: Estimator, rows: ProfileTable, prior: Prior, calibra
                        float(np.max(after)), linear, float(np.mean(amdahl)),
                        float(np.mean(after_two)) if after_two else nan, float(np.mean(amdahl_two)) if amdahl_two else nan,
                        float(np.mean(worse)) if worse else 0.0, coverage,
-                       (rate, first.iterations_per_s, preds[median]))
+                       (rate, first.steps_per_s, preds[median]))
 
 
 def _one(steps: Steps, idx: list[int]) -> Steps:
@@ -242,7 +242,7 @@ def every_choice(table: ProfileTable) -> list[str]:
 
 
 def plot_predicted_vs_measured(results: dict[str, list[AppAccuracy]], path: str | Path) -> None:
-    """Predicted vs measured iterations/s, before and after one correction (log-log)."""
+    """Predicted vs measured steps/s, before and after one correction (log-log)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -265,9 +265,9 @@ def plot_predicted_vs_measured(results: dict[str, list[AppAccuracy]], path: str 
             ax.plot(xs, f * xs, "k:", lw=0.6)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("measured iterations/s")
+        ax.set_xlabel("measured steps/s")
         ax.set_title(title, fontsize=10)
-    axes[0].set_ylabel("predicted iterations/s")
+    axes[0].set_ylabel("predicted steps/s")
     axes[0].legend(markerscale=3, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -7,14 +7,14 @@ anyone can check it.
 Pollux (Qiao et al., OSDI'21; ``pollux/<app>/placements.csv`` and ``scalability.csv``): T4 GPUs,
 4 per node (AWS g4dn.12xlarge). ``placement`` digits are GPUs per node (``1112``: 4 nodes); the
 scalability runs give only node and replica counts, so their replicas are taken to be spread
-evenly. A row's ``step_time`` is one iteration at ``local_bsz`` per GPU; its ``sync_time`` is the
+evenly. A row's ``step_time`` is one step at ``local_bsz`` per GPU; its ``sync_time`` is the
 time the step spent in the gradient all-reduce (``comm_s``).
 
 Gavel (Narayanan et al., OSDI'20; ``gavel/simulation_throughputs.json``): steps/s of 4 job
 families at several batch sizes on K80, P100 and V100, on k ∈ {1, 2, 4, 8} GPUs, "consolidated"
 (read as: all k on one server) and "unconsolidated" (one GPU per server). For k > 1 the published
 figure counts the steps of all workers (it is ~k× the one-GPU figure for jobs that scale), so one
-iteration of the job is k steps: iterations/s = steps/s ÷ k, with the stated batch per GPU. Each GPU
+step of the job is k of Gavel's: the job's steps/s = the published figure ÷ k, with the stated batch per GPU. Each GPU
 type is its own testbed (``gavel-k80``, ``gavel-p100``, ``gavel-v100``); the one-GPU rows of the
 unconsolidated table repeat the consolidated ones and are not duplicated; zero entries (runs that
 did not fit) are dropped; the families that were only measured on one GPU are kept as one-GPU rows.
@@ -59,14 +59,14 @@ def pollux_table(root: str | Path | None = None) -> ProfileTable:
             for r in csv.DictReader(f):
                 shape = tuple(int(c) for c in r["placement"])
                 rows.append(common | {"gpus": sum(shape), "placement": shape, "local_batch": float(r["local_bsz"]),
-                                      "iterations_per_s": 1.0 / float(r["step_time"]),
+                                      "steps_per_s": 1.0 / float(r["step_time"]),
                                       "comm_s": float(r["sync_time"])})
         with open(base / app / "scalability.csv", newline="") as f:
             for r in csv.DictReader(f):
                 k = int(r["num_replicas"])
                 rows.append(common | {"gpus": k, "placement": even_spread(k, int(r["num_nodes"])),
                                       "local_batch": float(r["local_bsz"]),
-                                      "iterations_per_s": 1.0 / float(r["step_time"]),
+                                      "steps_per_s": 1.0 / float(r["step_time"]),
                                       "comm_s": float(r["sync_time"])})
     return ProfileTable.build(rows, "pollux")
 
@@ -87,7 +87,7 @@ def gavel_table(path: str | Path | None = None) -> ProfileTable:
             shape = (1,) * k if spread else (k,)
             rows.append({"cluster": f"gavel-{gpu_type.lower()}", "model": family,
                          "param_bytes": 4.0 * GAVEL_PARAMS[family], "gpu_type": gpu_type.upper(), "gpus": k,
-                         "placement": shape, "local_batch": float(batch), "iterations_per_s": steps / k})
+                         "placement": shape, "local_batch": float(batch), "steps_per_s": steps / k})
     rows.sort(key=lambda r: (r["cluster"], r["model"], r["gpus"], len(r["placement"]), r["local_batch"]))
     return ProfileTable.build(rows, "gavel")
 

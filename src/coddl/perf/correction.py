@@ -57,7 +57,7 @@ class OnlineCorrection:
         return math.exp(self.log_factor)
 
     def observe(self, predicted: float, measured: float) -> float:
-        """Fold in one measurement of the same quantity the model predicted (iterations/s or
+        """Fold in one measurement of the same quantity the model predicted (steps/s or
         samples/s); returns the updated factor. Non-positive values carry no information."""
         if predicted <= 0.0 or measured <= 0.0:
             return self.factor

@@ -28,7 +28,7 @@ PROPORTIONAL_MEMORY_GB = 62.5
 class CpuProfile:
     """One model's measured CPU sensitivity: ``factor[i]`` is the throughput with ``cores[i]``
     cores per GPU relative to the proportional share. ``batch`` and ``iter_time_s`` are Synergy's
-    1-GPU batch size and iteration time at the proportional share."""
+    1-GPU batch size and step time at the proportional share."""
 
     model: str
     batch: int

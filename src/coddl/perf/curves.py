@@ -1,4 +1,4 @@
-"""Throughput curves P_m(k): iterations/s of model m on k GPUs at its fixed global batch.
+"""Throughput curves P_m(k): steps/s of model m on k GPUs at its fixed global batch.
 
 Stored as one dense array ``rate[m, k]`` (k = 0 … kmax, P(0) = 0, flat past the model's largest
 measured k) so that the simulator and the policies evaluate thousands of jobs in one numpy gather.
@@ -28,7 +28,7 @@ CODDL_POOL = CODDL_MODEL_ORDER[:9]
 class CurveTable:
     """Dense per-model throughput curves.
 
-    ``rate[m, k]`` iterations/s on k GPUs; ``max_gpus[m]`` the model's largest measured (useful) k.
+    ``rate[m, k]`` steps/s on k GPUs; ``max_gpus[m]`` the model's largest measured (useful) k.
     """
 
     names: list[str]
@@ -61,7 +61,7 @@ class CurveTable:
         return CurveTable(list(self.names), np.hstack([self.rate, pad]), self.max_gpus.copy())
 
     def add_model(self, name: str, points: dict[int, float]) -> int:
-        """Append one model's curve from {k: iterations/s} (interpolated as in ``from_points``) and
+        """Append one model's curve from {k: steps/s} (interpolated as in ``from_points``) and
         return its index. The real system uses it for models no profile covers. Add models before
         building a Scheduler on this table: the scheduler sizes its per-model arrays once."""
         if name in self.index:
@@ -79,7 +79,7 @@ class CurveTable:
 
     @staticmethod
     def from_points(points: dict[str, dict[int, float]], kmax: int | None = None) -> "CurveTable":
-        """Build from {model: {k: iterations/s}}; missing k between measured points are linearly
+        """Build from {model: {k: steps/s}}; missing k between measured points are linearly
         interpolated, beyond the largest the curve is flat."""
         names = list(points)
         top = max(max(p) for p in points.values())

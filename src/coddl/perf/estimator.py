@@ -70,10 +70,10 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """Iterations/s with a 90% interval; ``log_sd`` is the spread of log time (0 = certain):
+    """Steps/s with a 90% interval; ``log_sd`` is the spread of log time (0 = certain):
     the interval's half-width in log space ÷ 1.645."""
 
-    iterations_per_s: np.ndarray
+    steps_per_s: np.ndarray
     low: np.ndarray
     high: np.ndarray
     log_sd: np.ndarray
@@ -132,7 +132,7 @@ class Estimator:
     def predict(self, jobs: JobBatch, index: np.ndarray | int, gpus: np.ndarray, nodes: np.ndarray,
                 max_per_node: np.ndarray, local_batch: np.ndarray, speed: np.ndarray | float = 1.0,
                 uncertainty: bool = True, share: np.ndarray | float = 1.0) -> Prediction:
-        """Iterations/s of ``jobs[index]`` on each placement shape at each local batch (arrays of
+        """Steps/s of ``jobs[index]`` on each placement shape at each local batch (arrays of
         equal length; ``speed`` the GPUs' compute speed relative to the job's profiled type;
         ``share`` the share of a device each worker has, 1 for a GPU of its own)."""
         i = np.asarray(index)
@@ -177,7 +177,7 @@ class Estimator:
 
     # ---- one placement (may mix types) ----
     def throughput(self, job: JobModel, placement: Placement, global_batch: float) -> float:
-        """Iterations/s of ``job`` on ``placement`` at ``global_batch`` samples per iteration."""
+        """Steps/s of ``job`` on ``placement`` at ``global_batch`` samples per step."""
         k = placement.num_gpus
         speeds = np.repeat([self.speed(job, t) for t in placement.gpu_types], placement.gpus_per_node)
         comm = float(self.fabric.allreduce_seconds(job.param_bytes, k, placement.num_nodes, placement.max_per_node)[0])
@@ -190,7 +190,7 @@ class Estimator:
 
     def curve(self, job: JobModel, kmax: int, gpus_per_node: int, global_batch: float | None = None,
               local_batch: float | None = None, speed: float = 1.0) -> np.ndarray:
-        """Iterations/s on consolidated placements of k = 0…kmax GPUs (P(0) = 0): full nodes of
+        """Steps/s on consolidated placements of k = 0…kmax GPUs (P(0) = 0): full nodes of
         ``gpus_per_node`` plus one partial node. A fixed ``global_batch`` is split over the GPUs
         (strong scaling); a fixed ``local_batch`` is what every GPU processes (weak scaling)."""
         if (global_batch is None) == (local_batch is None):
@@ -198,7 +198,7 @@ class Estimator:
         k = np.arange(1, kmax + 1)
         local = np.full(kmax, float(local_batch)) if local_batch is not None else float(global_batch) / k
         rate = self.rates(job, k, -(-k // gpus_per_node), np.minimum(k, gpus_per_node), local, speed,
-                          uncertainty=False).iterations_per_s
+                          uncertainty=False).steps_per_s
         out = np.r_[0.0, rate]
         out.setflags(write=False)
         return out

@@ -8,7 +8,7 @@ refusing them, coddl
 * builds a curve per (Pollux app, global batch) with the analytic estimator on Pollux's T4
   testbed: the fabric calibrated on all six apps (``POLLUX_FABRIC``, also in
   examples/clusters/pollux-t4.yaml), each app's parameters fitted to all its measured rows, and
-  takes the iterations to converge from the app's ``validation-<batch>.csv`` — the work Pollux's
+  takes the steps to converge from the app's ``validation-<batch>.csv`` — the work Pollux's
   own simulator replays.
 """
 
@@ -62,8 +62,8 @@ def parse_pollux_model(name: str) -> tuple[str, int] | None:
 
 
 @lru_cache(maxsize=None)
-def pollux_iterations(app: str, batch: int) -> float:
-    """Iterations to converge at global batch ``batch``: the last row of the nearest measured
+def pollux_steps(app: str, batch: int) -> float:
+    """Steps to converge at global batch ``batch``: the last row of the nearest measured
     ``validation-<batch>.csv`` (scaled by samples when the batch was not measured)."""
     root = data_path(f"profiles/pollux/{app}")
     sizes = sorted(int(p.stem.split("-")[1]) for p in root.glob("validation-*.csv"))
@@ -86,7 +86,7 @@ def pollux_job(app: str):
 
 @lru_cache(maxsize=None)
 def pollux_curve(app: str, batch: int) -> dict[int, float]:
-    """Iterations/s on k consolidated T4 GPUs at global batch ``batch`` (k = 1 … 64), from the
+    """Steps/s on k consolidated T4 GPUs at global batch ``batch`` (k = 1 … 64), from the
     estimator; the curve stops where adding GPUs stops helping."""
     from coddl.perf.estimator import Estimator
 

@@ -53,17 +53,17 @@ def profile_rows(timings: Timings, model: str, gpu_type: str) -> ProfileTable:
     overhead = max(0.0, float(timings.step_overhead_s))
     return ProfileTable.build([
         {"cluster": INSPECTION_CLUSTER, "model": model, "param_bytes": timings.param_bytes, "gpu_type": gpu_type,
-         "gpus": 1, "local_batch": b, "iterations_per_s": 1.0 / (seconds + overhead)}
+         "gpus": 1, "local_batch": b, "steps_per_s": 1.0 / (seconds + overhead)}
         for b, seconds in timings.per_batch().items()
     ])
 
 
 def measured_row(model: str, param_bytes: float, gpu_type: str, placement: Sequence[int], local_batch: float,
-                 iterations_per_s: float) -> dict[str, Any]:
+                 steps_per_s: float) -> dict[str, Any]:
     """One measured training step of the job on ``placement`` (GPUs per node), as a profile row."""
     return {"cluster": INSPECTION_CLUSTER, "model": model, "param_bytes": param_bytes, "gpu_type": gpu_type,
             "gpus": int(sum(placement)), "placement": tuple(int(g) for g in placement), "local_batch": local_batch,
-            "iterations_per_s": iterations_per_s}
+            "steps_per_s": steps_per_s}
 
 
 def table_records(table: ProfileTable) -> list[dict[str, Any]]:
@@ -71,5 +71,5 @@ def table_records(table: ProfileTable) -> list[dict[str, Any]]:
     reads them back)."""
     return [{"cluster": table.cluster[i], "model": table.model[i], "param_bytes": float(table.param_bytes[i]),
              "gpu_type": table.gpu_type[i], "gpus": int(table.gpus[i]), "placement": list(table.placement[i]),
-             "local_batch": float(table.local_batch[i]), "iterations_per_s": float(table.iterations_per_s[i])}
+             "local_batch": float(table.local_batch[i]), "steps_per_s": float(table.steps_per_s[i])}
             for i in range(len(table))]

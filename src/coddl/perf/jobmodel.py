@@ -1,10 +1,10 @@
 """The per-job half of the estimator: what one job's data-parallel step costs, with how sure we are.
 
-One iteration of job j at local batch b on a placement of k GPUs costs
+One step of job j at local batch b on a placement of k GPUs costs
 
     compute        C = max(t_ref · (f + (1 − f) · b / b_ref), t_floor) / speed
     communication  S = η · A(bytes, placement)                  (A: the cluster's fabric)
-    iteration      T = (C^γ + S^γ)^(1/γ)                        (γ ≥ 1: overlap)
+    step           T = (C^γ + S^γ)^(1/γ)                        (γ ≥ 1: overlap)
 
 ``t_ref`` is the one-GPU step time at the profiled batch ``b_ref``; it is fixed by the job's
 one-GPU profile and never corrected, so no estimate is ever faster than linear scaling of what the

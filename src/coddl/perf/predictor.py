@@ -17,7 +17,7 @@ grid and a golden-section refinement around the best grid point.
 
 Remaining steps. When samples carry the training loss, Optimus's loss curve l(k) = 1/(β0·k + β1)
 + β2 (fitted by NNLS in ``perf/nnls.py``) says when the loss has made ``1 − tolerance`` of its
-total drop; otherwise the job's declared remaining iterations are used as they are.
+total drop; otherwise the job's declared remaining steps are used as they are.
 
 Predictability. A job is predictable once the model, fitted on the samples it had, predicted its
 last ``window`` new samples within ``threshold`` on average (relative error) — a one-step-ahead
@@ -256,7 +256,7 @@ class JobPredictor:
 
     def remaining_steps(self, declared: float) -> float:
         """Steps still to run: the loss curve's convergence point when losses were reported
-        (never more than declared), else the declared remaining iterations."""
+        (never more than declared), else the declared remaining steps."""
         with_loss = [o for o in self.observations if o.loss is not None and o.loss > 0.0]
         if len({o.progress for o in with_loss}) < 3:
             return declared

@@ -2,7 +2,7 @@
 
 Every measurement the estimator learns from or is judged against is one row: a job (``model``)
 trained data-parallel on ``gpus`` GPUs of one ``gpu_type`` spread over ``nodes`` nodes, at a local
-(per-GPU) batch, ran ``iterations_per_s``. The bundled Pollux, Gavel and CPU/gloo measurements, a
+(per-GPU) batch, ran ``steps_per_s``. The bundled Pollux, Gavel and CPU/gloo measurements, a
 user's own tables, a job's first steps in the real system and a cluster's collective
 micro-benchmarks are all this one kind of data.
 
@@ -11,15 +11,16 @@ Columns (CSV with a header, optionally gzipped, or Parquet; unknown columns are 
     column            required  meaning
     cluster           no        the testbed the row was measured on (default: the file's stem)
     model             yes       the job: rows of one (cluster, model) are one job's measurements
-    param_bytes       yes       bytes all-reduced per iteration (gradients; 4 × parameters in fp32)
+    param_bytes       yes       bytes all-reduced per step (gradients; 4 × parameters in fp32)
     gpu_type          yes       e.g. T4, V100, cpu
     gpus              yes       GPUs (data-parallel workers) the run used
     nodes             no        how many nodes they were on (default: from placement, else 1)
     placement         no        GPUs on each node, e.g. ``2+2+1`` (default: an even spread)
-    local_batch       yes*      samples per GPU per iteration
-    global_batch      no        samples per iteration, all GPUs (default gpus × local_batch)
-    iterations_per_s  yes       measured iterations (optimizer steps) per second
-    comm_s            no        seconds per iteration spent waiting for communication (exposed)
+    local_batch       yes*      samples per GPU per step
+    global_batch      no        samples per step, all GPUs (default gpus × local_batch)
+    steps_per_s       yes       measured steps (optimizer updates) per second; a column under its
+                                former name, iterations_per_s, still reads
+    comm_s            no        seconds per step spent waiting for communication (exposed)
     compute_share     no        the share of a compute device each worker had, in (0, 1] (default
                                 1: its own GPU; 0.5: two workers time-shared one CPU core)
     kind              no        ``job`` (default) or ``collective``: a micro-benchmark that only
@@ -45,8 +46,8 @@ from coddl.traces._table import Column, Table, read_csv
 from coddl.traces.model import TraceError
 
 COLUMNS = ("cluster", "model", "param_bytes", "gpu_type", "gpus", "nodes", "placement", "local_batch",
-           "global_batch", "iterations_per_s", "comm_s", "compute_share", "kind")
-REQUIRED = ("model", "param_bytes", "gpu_type", "gpus", "iterations_per_s")
+           "global_batch", "steps_per_s", "comm_s", "compute_share", "kind")
+REQUIRED = ("model", "param_bytes", "gpu_type", "gpus", "steps_per_s")
 KINDS = ("job", "collective")
 
 
@@ -66,7 +67,7 @@ class ProfileTable:
     gpus: np.ndarray
     placement: list[tuple[int, ...]]
     local_batch: np.ndarray
-    iterations_per_s: np.ndarray
+    steps_per_s: np.ndarray
     comm_s: np.ndarray
     kind: list[str]
     compute_share: np.ndarray | None = None  # None: 1 everywhere
@@ -78,7 +79,7 @@ class ProfileTable:
         if self.compute_share is None:
             object.__setattr__(self, "compute_share", np.ones(n))
         for name in ("cluster", "param_bytes", "gpu_type", "gpus", "placement", "local_batch",
-                     "iterations_per_s", "comm_s", "kind", "compute_share"):
+                     "steps_per_s", "comm_s", "kind", "compute_share"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"profile table: column {name} has {len(getattr(self, name))} rows, model has {n}")
 
@@ -100,11 +101,11 @@ class ProfileTable:
 
     @property
     def step_s(self) -> np.ndarray:
-        return 1.0 / self.iterations_per_s
+        return 1.0 / self.steps_per_s
 
     @property
     def samples_per_s(self) -> np.ndarray:
-        return self.iterations_per_s * self.global_batch
+        return self.steps_per_s * self.global_batch
 
     @property
     def is_collective(self) -> np.ndarray:
@@ -117,7 +118,7 @@ class ProfileTable:
         pick = idx.tolist()
         return ProfileTable([self.cluster[i] for i in pick], [self.model[i] for i in pick], self.param_bytes[idx],
                             [self.gpu_type[i] for i in pick], self.gpus[idx], [self.placement[i] for i in pick],
-                            self.local_batch[idx], self.iterations_per_s[idx], self.comm_s[idx],
+                            self.local_batch[idx], self.steps_per_s[idx], self.comm_s[idx],
                             [self.kind[i] for i in pick], self.compute_share[idx], self.source,
                             None if self.lines is None else self.lines[idx])
 
@@ -149,7 +150,7 @@ class ProfileTable:
             [c for t in ts for c in t.cluster], [m for t in ts for m in t.model],
             np.concatenate([t.param_bytes for t in ts]), [g for t in ts for g in t.gpu_type],
             np.concatenate([t.gpus for t in ts]), [p for t in ts for p in t.placement],
-            np.concatenate([t.local_batch for t in ts]), np.concatenate([t.iterations_per_s for t in ts]),
+            np.concatenate([t.local_batch for t in ts]), np.concatenate([t.steps_per_s for t in ts]),
             np.concatenate([t.comm_s for t in ts]), [k for t in ts for k in t.kind],
             np.concatenate([t.compute_share for t in ts]), ", ".join(dict.fromkeys(t.source for t in ts if t.source)))
 
@@ -164,7 +165,8 @@ class ProfileTable:
             np.array([float(r["param_bytes"]) for r in rs]), [str(r["gpu_type"]) for r in rs],
             np.array([int(r["gpus"]) for r in rs], dtype=np.int64), placement,
             np.array([float(r.get("local_batch") or 0.0) for r in rs]),
-            np.array([float(r["iterations_per_s"]) for r in rs]),
+            # a store written before the column was renamed keeps the former key
+            np.array([float(r["steps_per_s"] if "steps_per_s" in r else r["iterations_per_s"]) for r in rs]),
             np.array([math.nan if r.get("comm_s") is None else float(r["comm_s"]) for r in rs]),
             [str(r.get("kind") or "job") for r in rs], np.array([float(r.get("compute_share") or 1.0) for r in rs]),
             source)
@@ -219,13 +221,14 @@ def _err(file: str, line: int, field: str, problem: str) -> None:
 def _parse(table: Table, path: Path) -> ProfileTable:
     file = table.file
     stem = path.name.split(".")[0]
+    table.read_as("iterations_per_s", "steps_per_s")  # the column's former name
     cols = {c: table.column(c) for c in REQUIRED}
     opt = {c: table.optional(c) for c in COLUMNS if c not in REQUIRED}
     n = len(table.rows)
     model = cols["model"].texts()
     gpu_type = cols["gpu_type"].texts()
     gpus = cols["gpus"].positive_ints()
-    rate = cols["iterations_per_s"].positive_floats()
+    rate = cols["steps_per_s"].positive_floats()
     nbytes = cols["param_bytes"].positive_floats()
     cluster = _texts_or(opt["cluster"], n, stem)
     kind = _texts_or(opt["kind"], n, "job")
@@ -275,7 +278,7 @@ def _parse(table: Table, path: Path) -> ProfileTable:
             _err(file, line, "compute_share", f"expected a share of a device in (0, 1], got {share[i]:g}")
         if comm[i] is not None and comm[i] > 1.01 / rate[i]:
             _err(file, line, "comm_s", f"{comm[i]:g} s of communication exceeds the step itself "
-                                       f"({1.0 / rate[i]:g} s at {rate[i]:g} iterations/s)")
+                                       f"({1.0 / rate[i]:g} s at {rate[i]:g} steps/s)")
     first: dict[tuple[str, str], tuple[int, float]] = {}
     for line, c, m, b in zip(table.lines, cluster, model, nbytes.tolist()):
         seen = first.setdefault((c, m), (line, b))
@@ -335,7 +338,7 @@ def write_profiles(table: ProfileTable, path: str | Path) -> int:
                      len(table.placement[i]), format_placement(table.placement[i]),
                      None if table.kind[i] == "collective" else _num(local),
                      None if table.kind[i] == "collective" else _num(local * k),
-                     _num(table.iterations_per_s[i]),
+                     _num(table.steps_per_s[i]),
                      None if math.isnan(table.comm_s[i]) else _num(table.comm_s[i]),
                      None if table.compute_share[i] == 1.0 else _num(table.compute_share[i]), table.kind[i]])
     name = p.name.lower()

@@ -18,7 +18,7 @@ Mixed clusters. A data-parallel job runs at the pace of its slowest GPU, so a re
 type" (``gpu_type=-1``) lands on ONE type unless ``allow_mixing`` (the job balances its per-GPU
 batch to speed, CoDDL's load balancing): a type that can host it on one node if any, the one with
 the most free GPUs among them; a growing job stays on its type while the type has room. When the
-job must span nodes whatever the type, the optional ``scorer`` (the throughput estimator: iterations/s
+job must span nodes whatever the type, the optional ``scorer`` (the throughput estimator: steps/s
 of the job on a shape of GPUs per node and their types) ranks the candidate placements of the same
 count — the fewest-node placement on each type that has room, and with mixing one across types —
 so a fast type on two nodes can beat a slow one on two. Only then is it consulted, which keeps the
@@ -41,7 +41,7 @@ from coddl.core.job import JobId
 from coddl.placement import kernels
 
 Cores = tuple[int, ...]
-# (job, GPUs per node, GPU type of each of those nodes) → estimated iterations/s; higher is better
+# (job, GPUs per node, GPU type of each of those nodes) → estimated steps/s; higher is better
 Scorer = Callable[[JobId, tuple[int, ...], tuple[str, ...]], float]
 Shape = list[tuple[int, int]]  # (node, GPUs to take there)
 

@@ -23,7 +23,7 @@ from coddl.jit import njit
 class JobsView:
     """Active jobs (arrived, unfinished), one row each, as read-only numpy columns.
 
-    ``remaining`` is in iterations, ``attained`` in GPU-seconds, ``share`` the GPUs held now,
+    ``remaining`` is in steps, ``attained`` in GPU-seconds, ``share`` the GPUs held now,
     ``first_start``/``last_start`` NaN when never scheduled, ``service_since_start`` the GPU-seconds
     received since the job was last (re)scheduled, ``max_gpus`` the elastic maximum (already capped
     by the model's maximum useful GPUs), ``speed`` a per-job correction of the model curve and
@@ -98,7 +98,7 @@ _ALL = slice(None)  # every row
 @dataclass(slots=True)
 class Context:
     """Everything a policy may look at (read-only by contract; not frozen, so that building one
-    at every event costs little). ``curves[m, k]`` is iterations/s of model m on k GPUs (on
+    at every event costs little). ``curves[m, k]`` is steps/s of model m on k GPUs (on
     the cluster's reference GPU type, consolidated placement); ``type_speed[t, m]`` scales it for
     GPU type t. ``capacity`` is the total GPUs, ``capacity_by_type`` per type index."""
 
@@ -117,7 +117,7 @@ class Context:
     samples: dict[JobId, list[ThroughputSample]] = field(default_factory=dict)
 
     def throughput(self, k: np.ndarray | int, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """P_j(k) for the given rows (k broadcast), iterations/s."""
+        """P_j(k) for the given rows (k broadcast), steps/s."""
         kk = np.minimum(np.asarray(k), self.curves.shape[1] - 1)
         return self.curves[self.jobs.model[rows], kk] * self.jobs.speed[rows]
 
@@ -147,8 +147,8 @@ def _remaining_time(curves: np.ndarray, model: np.ndarray, speed: np.ndarray, k:
 
 @dataclass(frozen=True, slots=True)
 class ThroughputSample:
-    """One measurement: a job ran at ``rate`` iterations/s on ``gpus`` GPUs over ``nodes`` nodes with
-    ``cpus`` cores, at time ``time``, having done ``progress`` iterations."""
+    """One measurement: a job ran at ``rate`` steps/s on ``gpus`` GPUs over ``nodes`` nodes with
+    ``cpus`` cores, at time ``time``, having done ``progress`` steps."""
 
     time: float
     gpus: int

@@ -10,8 +10,8 @@ growth pays only when the time it saves on the remaining work exceeds the cost:
 
 This is Pollux's re-allocation factor made exact for a known remaining time: Pollux discounts a
 reallocated job's speed-up by (age − restarts·δ)/(age + δ) because it cannot know how long a job
-has left (δ its restart delay), and AdaptDL discounts it by a flat 10 %; with W known (the real
-system plans with each job's remaining steps; the simulator with its remaining iterations) the
+has left (δ its restart delay), and AdaptDL discounts it by a flat 10 %; with W known (both the real
+system and the simulator plan with each job's remaining steps) the
 saving itself can be weighed against the cost. A job near its end therefore keeps its GPUs; a job
 far from it grows. The scheduler re-runs the policy with a held job's maximum at its current share,
 so the GPUs it does not take go to the other jobs in the same decision (``Scheduler._decide``).

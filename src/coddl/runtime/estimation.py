@@ -121,7 +121,7 @@ class Estimates:
 
     # ---- what the scheduler sees ----
     def curve(self, job_id: JobId, kmax: int) -> tuple[np.ndarray, int]:
-        """Iterations/s on consolidated placements of k = 0…kmax GPUs, and the GPU count past which
+        """Steps/s on consolidated placements of k = 0…kmax GPUs, and the GPU count past which
         more GPUs no longer help (a fixed global batch cannot be split over more GPUs than samples)."""
         est = self.jobs[job_id]
         usable = kmax if est.global_batch is None else min(kmax, est.global_batch)
@@ -150,7 +150,7 @@ class Estimates:
         return rate, int(drops[0]) + 1 if drops.size else usable
 
     def shape_rate(self, job_id: JobId, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
-        """The placer's scorer: iterations/s of the job on this shape."""
+        """The placer's scorer: steps/s of the job on this shape."""
         est = self.jobs[job_id]
         placement = Placement(tuple(gpus_per_node), tuple(gpu_types))
         k = placement.num_gpus

@@ -21,7 +21,7 @@ SERIAL_SHARE = 0.25
 
 
 def default_points(kmax: int = DEFAULT_MAX_GPUS) -> dict[int, float]:
-    """Iterations/s on k GPUs relative to one GPU: k / (1 + 0.25 (k − 1))."""
+    """Steps/s on k GPUs relative to one GPU: k / (1 + 0.25 (k − 1))."""
     return {k: k / (1.0 + SERIAL_SHARE * (k - 1)) for k in range(1, kmax + 1)}
 
 

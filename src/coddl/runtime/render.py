@@ -194,14 +194,14 @@ def profile_view(job_id: int, p: dict[str, Any]) -> Group:
                 f"{b['overlap_gamma']:.2f}; {b['measured_steps']} measured multi-GPU rows folded in; more than "
                 f"{p['useful_gpus']} GPUs would not make it faster")
     rows = Table(title="measured (profile format)", title_justify="left")
-    for col in ("GPUs", "placement", "local batch", "iterations/s"):
+    for col in ("GPUs", "placement", "local batch", "steps/s"):
         rows.add_column(col, justify="right")
     for r in [*p["profile"], *p["measured"]]:
         rows.add_row(str(r["gpus"]), "+".join(str(g) for g in r["placement"]), f"{r['local_batch']:.4g}",
-                     f"{r['iterations_per_s']:.4g}")
+                     f"{r['steps_per_s']:.4g}")
     curve = Table(title="planned curve", title_justify="left")
     curve.add_column("GPUs", justify="right")
-    curve.add_column("iterations/s", justify="right")
+    curve.add_column("steps/s", justify="right")
     curve.add_column("speed-up", justify="right")
     n = len(p["curve"])
     for k, r in enumerate(p["curve"], start=1):

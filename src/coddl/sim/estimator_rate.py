@@ -35,7 +35,7 @@ from coddl.perf.estimator import Estimator, Placement
 from coddl.perf.jobmodel import JobModel, Prior
 from coddl.perf.heterogeneity import reference_type
 
-# Parameters all-reduced per iteration (fp32 gradients, 4 bytes each), by curve-model family.
+# Parameters all-reduced per step (fp32 gradients, 4 bytes each), by curve-model family.
 # Published sizes: VGG-16 138M, GoogLeNet 6.8M, Inception-v4 42.7M, ResNet-50 25.6M, DeepSpeech2 38M
 # (as in perf/profiles.py), Transformer-base 65M. Approximate, as the CoDDL profiles do not record the
 # configuration: DCGAN 6.4M (64×64 generator + discriminator), a seq2seq LSTM chatbot 30M, a CDNA-style
@@ -62,7 +62,7 @@ def model_params(name: str) -> float:
 def curve_profile(name: str, curve: np.ndarray, max_gpus: int, estimator: Estimator,
                   gpus_per_node: int, prior: Prior | None = None) -> JobModel:
     """The estimator job of one curve model (see the module docstring); ``curve[k]`` is
-    iterations/s on k GPUs of the model's reference type, at a global batch taken as 1."""
+    steps/s on k GPUs of the model's reference type, at a global batch taken as 1."""
     prior = prior or Prior()
     t1 = 1.0 / float(curve[1])
     k = np.arange(1, max(1, max_gpus) + 1)
@@ -77,13 +77,13 @@ def curve_profile(name: str, curve: np.ndarray, max_gpus: int, estimator: Estima
 
     nodes, per_node = -(-k // gpus_per_node), np.minimum(k, gpus_per_node)
     errors = [float(np.sum(np.log(estimator.rates(job(f), k, nodes, per_node, 1.0 / k, uncertainty=False)
-                                  .iterations_per_s * measured) ** 2)) for f in FIXED_SHARE_GRID]
+                                  .steps_per_s * measured) ** 2)) for f in FIXED_SHARE_GRID]
     return job(float(FIXED_SHARE_GRID[int(np.argmin(errors))]))
 
 
 @dataclass
 class EstimatorRate:
-    """Placement-dependent iterations/s (a ``RateModel`` for ``SimExecutor``)."""
+    """Placement-dependent steps/s (a ``RateModel`` for ``SimExecutor``)."""
 
     cluster: Cluster
     curves: CurveTable
@@ -91,7 +91,7 @@ class EstimatorRate:
     allow_mixing: bool = False
     estimator: Estimator | None = None  # default: the cluster's links, ring all-reduce
     _profiles: list[JobModel] = field(default_factory=list, init=False, repr=False)
-    _cache: dict = field(default_factory=dict, init=False, repr=False)  # (model, shape) → iterations/s
+    _cache: dict = field(default_factory=dict, init=False, repr=False)  # (model, shape) → steps/s
     _node_size: np.ndarray = field(init=False, repr=False)  # [t]: GPUs of the type's largest node
     _node_of_gpu: list[int] = field(init=False, repr=False)
     _type_of_node: list[str] = field(init=False, repr=False)
@@ -123,7 +123,7 @@ class EstimatorRate:
         return self.shape_rate(model, tuple(per_node.values()), tuple(self._type_of_node[n] for n in per_node))
 
     def shape_rate(self, model: int, gpus_per_node: tuple[int, ...], gpu_types: tuple[str, ...]) -> float:
-        """Iterations/s of ``model`` on this shape (GPUs per node and their types): the placer's scorer."""
+        """Steps/s of ``model`` on this shape (GPUs per node and their types): the placer's scorer."""
         key = (model, tuple(sorted((-c, t) for c, t in zip(gpus_per_node, gpu_types))))
         hit = self._cache.get(key)
         if hit is None:

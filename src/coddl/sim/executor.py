@@ -28,7 +28,7 @@ _SUSPEND = ActionKind.SUSPEND
 
 class RateModel(Protocol):
     def rate(self, model: int, gpus: tuple[int, ...], cpus: int) -> float:
-        """Iterations/s of ``model`` on exactly these GPUs with ``cpus`` CPU cores."""
+        """Steps/s of ``model`` on exactly these GPUs with ``cpus`` CPU cores."""
 
 
 @dataclass

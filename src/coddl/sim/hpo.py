@@ -2,7 +2,7 @@
 halving, and what a study's owner measures (makespan, time and GPU-hours to its best trial).
 
 A study is ``n`` trials of one model, all submitted together (Fluid's trial group), each a one-GPU
-job that elastic policies may grow. A trial run to the end does ``R`` iterations, ``trial_s``
+job that elastic policies may grow. A trial run to the end does ``R`` steps, ``trial_s``
 seconds on one GPU. Successive halving with reduction factor η (Jamieson & Talwalkar; the rule of
 Optuna's and Ray Tune's ASHA/SHA pruners) checks trials at rungs R/η^K, …, R/η, R, K = ⌊log_η n⌋, and
 keeps the best ⌊n/η^k⌋ (at least one) past rung k.
@@ -38,11 +38,11 @@ class Study:
     trials: int
     first_job: int
     best: int
-    rungs: tuple[float, ...]  # iterations at each rung, the last one R
+    rungs: tuple[float, ...]  # steps at each rung, the last one R
 
 
 def rungs(trials: int, full: float, eta: int) -> tuple[float, ...]:
-    """The iterations at which successive halving checks ``trials`` trials of ``full`` iterations."""
+    """The steps at which successive halving checks ``trials`` trials of ``full`` steps."""
     if trials < 1 or eta < 2 or not full > 0:
         raise ValueError(f"rungs: need trials >= 1, eta >= 2 and full > 0, got {trials}, {eta}, {full}")
     k = int(math.floor(math.log(trials, eta) + 1e-9))

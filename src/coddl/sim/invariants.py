@@ -80,4 +80,4 @@ def check_final(res: SimResult, specs: list[JobSpec]) -> None:
         done = res.audit.done.get(r.spec.job_id, 0.0) if res.audit else r.spec.total_work
         if abs(done - r.spec.total_work) > 1e-6 * max(1.0, r.spec.total_work):
             raise InvariantViolation(
-                f"job {r.spec.job_id}: ∫ rate dt = {done:.6g} iterations, total work {r.spec.total_work:.6g}")
+                f"job {r.spec.job_id}: ∫ rate dt = {done:.6g} steps, total work {r.spec.total_work:.6g}")

@@ -21,7 +21,7 @@ MODEL_BYTES: dict[str, float] = {
     "DcganModel256": 3.6e6 * 4, "ChatbotModel256": 20e6 * 4, "VideopredictionModel64": 30e6 * 4,
     "AutoencoderModel51200": 10e6 * 4, "TransformerModel4096": 65e6 * 4,
 }
-# Measured cold start (graph import + first iteration, s) from the CoDDL authors' simulator (DATA.md).
+# Measured cold start (graph import + first step, s) from the CoDDL authors' simulator (DATA.md).
 COLD_START_S: dict[str, float] = {
     "VggnetModel256": 0.35 + 3.57, "GooglenetModel128": 0.88 + 3.20, "Inception4Model256": 2.87 + 7.50,
     "Resnet50Model128": 1.29 + 3.72, "DcganModel256": 0.56 + 2.63, "VideopredictionModel64": 6.48 + 17.81,

@@ -1,8 +1,8 @@
 """Turn a trace into job specs, following the CoDDL paper's methodology (ALGORITHMS.md §1).
 
 Each job gets a model drawn (seeded) from the pool of models whose maximum GPUs ≥ the job's
-request; its work is ``duration × P_m(r_j)`` iterations, so that on its requested GPUs it would run
-exactly its recorded duration. Jobs that already carry a model and an iteration count (native
+request; its work is ``duration × P_m(r_j)`` steps, so that on its requested GPUs it would run
+exactly its recorded duration. Jobs that already carry a model and a step count (native
 traces written by ``coddl trace export``) are replayed exactly as written; model names of other
 schedulers' traces are resolved by ``coddl.perf.foreign``.
 
@@ -16,7 +16,7 @@ Two ways to draw the models (``SimConfig.model_draw``):
   visited in submit order (same-second ties in trace order), a job for which no pool model
   scales to its request is skipped *before* the draw (it consumes no random number), the model
   is ``pool[randint(0, len(pool))]`` over the eligible pool in pool order, and a job whose work
-  comes to less than one iteration is skipped *after* its draw.
+  comes to less than one step is skipped *after* its draw.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from coddl.core.job import JobSpec
 from coddl.perf.curves import CODDL_POOL, CurveTable
-from coddl.perf.foreign import POLLUX_APPS, family_model, gavel_seconds_per_step, pollux_iterations, \
+from coddl.perf.foreign import POLLUX_APPS, family_model, gavel_seconds_per_step, pollux_steps, \
     parse_pollux_model, pollux_model_name, with_trace_models
 from coddl.traces.model import Trace, TraceError, TraceJob
 
@@ -35,7 +35,7 @@ from coddl.traces.model import Trace, TraceError, TraceJob
 def curves_for(trace: Trace, curves: CurveTable) -> CurveTable:
     """The curves needed to replay ``trace``: ``curves`` plus estimator curves for Pollux apps."""
     pollux = {(tj.model, int(tj.batch_size)) for tj in trace.jobs
-              if tj.model in POLLUX_APPS and tj.batch_size and tj.iterations is None}
+              if tj.model in POLLUX_APPS and tj.batch_size and tj.steps is None}
     pollux |= {p for tj in trace.jobs if tj.model and (p := parse_pollux_model(tj.model))}
     return with_trace_models(curves, pollux)
 
@@ -43,32 +43,32 @@ def curves_for(trace: Trace, curves: CurveTable) -> CurveTable:
 def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, drawn: int) -> tuple[str, float]:
     """The job's model and work; ``drawn`` is the pool model drawn for it (``_draw``) when the
     trace names none."""
-    if tj.model is not None and tj.model in curves.index and tj.iterations is not None:
-        return tj.model, float(tj.iterations)  # written by coddl: replay exactly
+    if tj.model is not None and tj.model in curves.index and tj.steps is not None:
+        return tj.model, float(tj.steps)  # written by coddl: replay exactly
     duration = tj.duration
     if tj.model is not None and tj.model in POLLUX_APPS and tj.batch_size:
         name = pollux_model_name(tj.model, int(tj.batch_size))
         if name not in curves.index:
             raise TraceError(f"{trace.name}: job {tj.job_id}: model: unknown model {name!r}; build the "
                              "curves with coddl.sim.workload.curves_for(trace, curves)")
-        return name, pollux_iterations(tj.model, int(tj.batch_size))
+        return name, pollux_steps(tj.model, int(tj.batch_size))
     if tj.model is not None and tj.model in curves.index:
         m = curves.index[tj.model]
     elif tj.model is not None and family_model(tj.model) in curves.index:
         m = curves.index[family_model(tj.model)]
-        if duration is None and tj.iterations is not None:  # Gavel: steps × its measured V100 step time
+        if duration is None and tj.steps is not None:  # Gavel: steps × its measured V100 step time
             step = gavel_seconds_per_step(tj.model, tj.num_gpus)
-            duration = tj.iterations * step if step else None
+            duration = tj.steps * step if step else None
     elif tj.model is not None:
         raise TraceError(f"{trace.name}: job {tj.job_id}: model: unknown model {tj.model!r}; known: "
                          f"{', '.join(curves.names)} (or a Tiresias/Gavel/Pollux model name)")
     else:
         m = drawn
-    if tj.iterations is not None and duration is None:
-        return curves.names[m], float(tj.iterations)
+    if tj.steps is not None and duration is None:
+        return curves.names[m], float(tj.steps)
     if duration is None:
-        raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
-                         "iteration count")
+        raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor a "
+                         "step count")
     return curves.names[m], max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
 
 
@@ -141,12 +141,12 @@ def build_workload_coddl_authors(trace: Trace, curves: CurveTable, *,
             skipped.append(Skipped(tj.job_id, tj.num_gpus, f"no pool model scales to {tj.num_gpus} GPUs"))
             continue
         m = int(eligible[legacy.randint(0, eligible.size)])
-        work = tj.duration * curves.throughput(m, tj.num_gpus) if tj.duration is not None else tj.iterations
+        work = tj.duration * curves.throughput(m, tj.num_gpus) if tj.duration is not None else tj.steps
         if work is None:
-            raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor an "
-                             "iteration count")
+            raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor a "
+                             "step count")
         if work < 1:
-            skipped.append(Skipped(tj.job_id, tj.num_gpus, "under one iteration"))
+            skipped.append(Skipped(tj.job_id, tj.num_gpus, "under one step"))
             continue
         specs.append(_spec(tj, curves.names[m], work, curves))
     return specs, skipped

@@ -109,9 +109,15 @@ class Table:
     def optional(self, name: str) -> "Column | None":
         return self._column(name) if name in self.index else None
 
+    def read_as(self, former: str, name: str) -> None:
+        """Read the column ``former`` as ``name`` when the file has only the former: a column coddl
+        has renamed since the file was written. Errors name the column as the file spells it."""
+        if former in self.index and name not in self.index:
+            self.index[name] = self.index[former]
+
     def _column(self, name: str) -> "Column":
         i = self.index[name]
-        return Column(self.file, name, self.lines, [r[i] for r in self.rows])
+        return Column(self.file, self.header[i], self.lines, [r[i] for r in self.rows])
 
 
 def read_csv(path: Path) -> Table:

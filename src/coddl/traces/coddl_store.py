@@ -67,7 +67,7 @@ def read_store(url: str, curves: CurveTable) -> History:
                 skipped[NO_PROGRESS] += 1
                 continue
             work = j.steps_done / float(np.median(ratios))
-            tj = TraceJob(f"coddl-{j.id}", j.submitted_at, spec.min_gpus, iterations=work,
+            tj = TraceJob(f"coddl-{j.id}", j.submitted_at, spec.min_gpus, steps=work,
                           model=curves.names[m], min_gpus=spec.min_gpus, max_gpus=spec.max_gpus, user=j.owner,
                           group=j.owner)
             level, since, gpu_seconds = 0, j.started_at, 0.0

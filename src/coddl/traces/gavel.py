@@ -2,7 +2,7 @@
 
 The ``.trace`` files are tab-separated without a header — ``job_type, command, num_steps_arg,
 needs_data_dir, total_steps, arrival_time_s, scale_factor`` — and describe work in steps of a
-named model, so they replay exactly (model + iterations). ``philly_job_distribution.csv`` is not a
+named model, so they replay exactly (model + steps). ``philly_job_distribution.csv`` is not a
 trace: it is 33,192 (duration, GPUs) pairs drawn from Philly, which :class:`JobSizeDistribution`
 resamples for the synthetic generators.
 """
@@ -40,7 +40,7 @@ def parse_msr(path: Path) -> Parsed:
     batches = [_BATCH.search(m) for m in models]
     return Parsed([f"{vc}-{line}" for line in lines], table.column("arrival_time_s").nonneg_floats(),
                   table.column("scale_factor").positive_ints(),
-                  {"iterations": table.column("total_steps").positive_floats(), "model": models,
+                  {"steps": table.column("total_steps").positive_floats(), "model": models,
                    "batch_size": [int(b.group(1)) if b else None for b in batches],
                    "group": [vc] * len(lines)})
 

@@ -71,7 +71,7 @@ class History:
 
 
 def _shift(job: TraceJob, t0: float) -> TraceJob:
-    return TraceJob(job.job_id, job.arrival - t0, job.num_gpus, job.duration, job.iterations, job.model,
+    return TraceJob(job.job_id, job.arrival - t0, job.num_gpus, job.duration, job.steps, job.model,
                     job.min_gpus, job.max_gpus, job.cpus, job.user, job.batch_size, job.group)
 
 

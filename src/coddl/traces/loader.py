@@ -20,7 +20,7 @@ from coddl.traces.model import Trace, TraceError
 
 # CSV formats: (name, a column that identifies it, parser, what it needs — for the error message).
 _CSV_FORMATS: tuple[tuple[str, str, Callable[[Table], Parsed], str], ...] = (
-    ("native", "arrival", native.parse, "job_id,arrival,num_gpus,duration|iterations"),
+    ("native", "arrival", native.parse, "job_id,arrival,num_gpus,duration|steps"),
     ("philly", "timestamp", philly.parse, ",".join(philly.COLUMNS)),
     ("itp", "submission_time", itp.parse, ",".join(itp.COLUMNS)),
     ("pollux", "application", pollux.parse, ",".join(pollux.COLUMNS)),

@@ -15,14 +15,14 @@ class TraceError(ValueError):
 class TraceJob:
     """One job of a trace. ``arrival`` is in seconds from the trace's first arrival (after any
     virtual-cluster selection). ``duration`` is the runtime on ``num_gpus`` GPUs as recorded;
-    ``iterations`` and ``model`` are set by traces that carry them (native, Tiresias, Pollux,
+    ``steps`` and ``model`` are set by traces that carry them (native, Tiresias, Pollux,
     Gavel); when both are set the workload is replayed exactly as written."""
 
     job_id: str
     arrival: float
     num_gpus: int
     duration: float | None = None
-    iterations: float | None = None
+    steps: float | None = None
     model: str | None = None
     min_gpus: int | None = None
     max_gpus: int | None = None

@@ -1,7 +1,8 @@
 """coddl's own trace format, as CSV or Parquet: what `trace convert` and `trace export` write.
 
 Columns: ``job_id, arrival, num_gpus`` are required, and each row needs ``duration`` or
-``iterations`` (or both: with ``model`` and ``iterations`` a workload is replayed exactly);
+``steps`` (or both: with ``model`` and ``steps`` a workload is replayed exactly; ``iterations``, the
+column's former name, reads as ``steps``);
 ``model, min_gpus, max_gpus, cpus, user, batch_size, group`` are optional. ``group`` (a virtual
 cluster) lets ``--vc`` cut a converted multi-cluster trace. Unknown columns are ignored. Parquet
 has no lines, so its errors name the 1-based data row instead.
@@ -22,23 +23,24 @@ from coddl.traces.model import TraceError, TraceJob
 
 REQUIRED = ("job_id", "arrival", "num_gpus")
 # Column order of written files; optional columns are written only when some job has a value.
-COLUMNS = ("job_id", "arrival", "num_gpus", "duration", "iterations", "model", "min_gpus",
+COLUMNS = ("job_id", "arrival", "num_gpus", "duration", "steps", "model", "min_gpus",
            "max_gpus", "cpus", "user", "batch_size", "group")
 _INT = {"num_gpus", "min_gpus", "max_gpus", "cpus", "batch_size"}
-_FLOAT = {"arrival", "duration", "iterations"}
+_FLOAT = {"arrival", "duration", "steps"}
 _KIND = {c: "int" if c in _INT else "float" if c in _FLOAT else "text" for c in COLUMNS[3:]}
 
 
 def parse(table: Table) -> Parsed:
+    table.read_as("iterations", "steps")  # the column's name in files written before coddl spoke of steps
     job_id, arrival, gpus = (table.column(c) for c in REQUIRED)
     fields = {name: col.optional(_KIND[name])
               for name in COLUMNS[3:] if (col := table.optional(name)) is not None}
-    if "duration" not in fields and "iterations" not in fields:
+    if "duration" not in fields and "steps" not in fields:
         table.column("duration")  # names the missing column and the header found
-    work = zip(fields.get("duration", itertools.repeat(None)), fields.get("iterations", itertools.repeat(None)))
-    for line, (duration, iterations) in zip(table.lines, work):
-        if duration is None and iterations is None:
-            fail(table.file, line, "duration", "each job needs a duration or iterations; both are empty")
+    work = zip(fields.get("duration", itertools.repeat(None)), fields.get("steps", itertools.repeat(None)))
+    for line, (duration, steps) in zip(table.lines, work):
+        if duration is None and steps is None:
+            fail(table.file, line, "duration", "each job needs a duration or steps; both are empty")
     for line, lo, hi in zip(table.lines, fields.get("min_gpus", ()), fields.get("max_gpus", ())):
         if lo is not None and hi is not None and hi < lo:
             fail(table.file, line, "max_gpus", f"expected at least min_gpus ({lo}), got {hi}")
@@ -66,9 +68,9 @@ def write_native(jobs: Iterable[TraceJob], path: str | Path) -> int:
     """
     jobs = list(jobs)
     for job in jobs:
-        if job.duration is None and job.iterations is None:
+        if job.duration is None and job.steps is None:
             raise TraceError(f"{job.job_id}: duration: the native format needs a duration or "
-                             "iterations for every job, this job has neither")
+                             "steps for every job, this job has neither")
     columns = [c for c in COLUMNS
                if c in REQUIRED or any(getattr(j, c) is not None for j in jobs)]
     rows = [[getattr(j, c) for c in columns] for j in jobs]
@@ -78,10 +80,10 @@ def write_native(jobs: Iterable[TraceJob], path: str | Path) -> int:
 
 def write_specs(specs: Iterable[JobSpec], path: str | Path) -> int:
     """Write a built workload so that reading it back and building again gives the same specs:
-    every job carries its model and iterations (total work), so it is replayed exactly. The
+    every job carries its model and steps (total work), so it is replayed exactly. The
     format has one CPU count per job, which is what the workload builder gives (min = max)."""
     return write_native((TraceJob(s.job_id, s.arrival, s.requested_gpus, duration=s.duration,
-                                  iterations=s.total_work, model=s.model, min_gpus=s.min_gpus,
+                                  steps=s.total_work, model=s.model, min_gpus=s.min_gpus,
                                   max_gpus=s.max_gpus, cpus=_one_cpu_count(s), user=s.user,
                                   group=s.account)
                          for s in specs), path)
