@@ -69,7 +69,7 @@ def test_gavel_rows_one_iteration_is_k_steps_and_unconsolidated_runs_span_k_node
     assert t.gpus.tolist() == [1, 1, 1, 1, 2, 4, 1]
     assert t.placement == [(1,), (1,), (1,), (1,), (1, 1), (4,), (1,)]
     assert t.local_batch.tolist() == [1.0, 32.0, 1.0, 32.0, 32.0, 32.0, 16.0]
-    assert t.iterations_per_s.tolist() == [1.0, 2.5, 5.0, 10.0, 8.0, 9.0, 4.0]
+    assert t.steps_per_s.tolist() == [1.0, 2.5, 5.0, 10.0, 8.0, 9.0, 4.0]
     assert t.param_bytes.tolist() == [4 * GAVEL_PARAMS[m] for m in t.model]
     assert t.param_bytes[1] == 4 * 25.6e6 and all(math.isnan(c) for c in t.comm_s)
     assert t.kind == ["job"] * 7
@@ -94,7 +94,7 @@ def test_pollux_rows_from_placements_and_scalability(tmp_path):
         assert t.gpus.tolist() == [3, 5] * 6
         assert t.placement == [(2, 1), (3, 2)] * 6
         assert t.local_batch.tolist() == [16.0, 8.0] * 6
-        assert t.iterations_per_s.tolist() == [2.0, 4.0] * 6
+        assert t.steps_per_s.tolist() == [2.0, 4.0] * 6
         assert t.comm_s.tolist() == [0.1, 0.05] * 6
         assert t.param_bytes.tolist() == [4.0 * POLLUX_PARAMS[a] for a in POLLUX_PARAMS for _ in range(2)]
         assert t.param_bytes[0] == 4 * 110e6

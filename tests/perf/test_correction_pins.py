@@ -71,11 +71,11 @@ def test_a_row_measured_on_another_gpu_type_is_read_at_that_type_s_speed():
     types = {"V100": GpuType("V100"), "K80": GpuType("K80", speed=0.25)}
     est = Estimator(Fabric(10.0, 1.0, 5.0, 50.0), types)
     job = JobModel.from_one_gpu("m", 1e8, np.array([16.0, 64.0]), np.array([0.1, 0.25]), Prior(noise=0.05), "V100")
-    on_k80 = est.rates(job, [8], [2], [4], [32.0], speed=0.25, uncertainty=False).iterations_per_s[0]
+    on_k80 = est.rates(job, [8], [2], [4], [32.0], speed=0.25, uncertainty=False).steps_per_s[0]
     rows = ProfileTable.build([{"model": "m", "param_bytes": 1e8, "gpu_type": "K80", "gpus": 8, "placement": "4+4",
-                                "local_batch": 32, "iterations_per_s": on_k80}])
+                                "local_batch": 32, "steps_per_s": on_k80}])
     fixed = correct(job, est, rows)
     assert fixed.measured == 1
     assert fixed.theta == pytest.approx(job.theta, abs=1e-4)
-    assert est.rates(fixed, [8], [2], [4], [32.0], speed=0.25, uncertainty=False).iterations_per_s[0] == \
+    assert est.rates(fixed, [8], [2], [4], [32.0], speed=0.25, uncertainty=False).steps_per_s[0] == \
         pytest.approx(on_k80, rel=1e-4)

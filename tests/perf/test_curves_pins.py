@@ -64,7 +64,7 @@ def test_add_model_widens_the_table_when_needed():
 def test_the_bundled_curves_come_in_the_pool_order_and_a_stranger_last(tmp_path):
     t = load_coddl_curves()
     assert t.names == list(CODDL_MODEL_ORDER)
-    # VggnetModel256, coddl-curves.csv: 3.020532 s per iteration on 1 GPU, 0.868694 on 4
+    # VggnetModel256, coddl-curves.csv: 3.020532 s per step on 1 GPU, 0.868694 on 4
     assert t.throughput("VggnetModel256", 1) == pytest.approx(1 / 3.020532)
     assert t.throughput("VggnetModel256", 4) == pytest.approx(1 / 0.868694)
     assert data_path("profiles/coddl-curves.csv").is_file()

@@ -101,8 +101,8 @@ def test_without_uncertainty_the_interval_is_the_estimate_itself():
     est = Estimator(FAB)
     p = est.rates(job(f=0.2, rho=0.0), [4], [1], [4], [32.0], uncertainty=False)
     a = 2 * 3 / 4 * M / 10e9  # a ring inside one node
-    assert p.iterations_per_s[0] == pytest.approx(1 / (1.0 + a))
-    assert p.low[0] == p.high[0] == p.iterations_per_s[0]
+    assert p.steps_per_s[0] == pytest.approx(1 / (1.0 + a))
+    assert p.low[0] == p.high[0] == p.steps_per_s[0]
     assert p.log_sd.tolist() == p.compute_s.tolist() == p.comm_s.tolist() == [0.0]
 
 
@@ -123,7 +123,7 @@ def test_the_interval_of_a_one_gpu_step_comes_from_the_fixed_share_and_the_noise
         mid = log_t(0.3)
         slower = math.hypot(up - mid, Z90 * 0.05)
         faster = math.hypot(mid - down, Z90 * 0.05)
-        assert p.iterations_per_s[i] == pytest.approx(math.exp(-mid))
+        assert p.steps_per_s[i] == pytest.approx(math.exp(-mid))
         assert p.low[i] == pytest.approx(math.exp(-mid - slower))
         assert p.high[i] == pytest.approx(math.exp(-mid + faster))
         assert p.log_sd[i] == pytest.approx((slower + faster) / (2 * Z90))
@@ -148,8 +148,8 @@ def test_communication_splits_the_step_and_a_shared_device_slows_compute_and_int
     p = est.rates(j, [4, 4], [1, 1], [4, 4], [32.0, 32.0], share=np.array([1.0, 0.5]))
     assert p.compute_s.tolist() == pytest.approx([1.0, 2.0])
     assert p.comm_s.tolist() == pytest.approx([2 * a, 2 * 2 * a])
-    assert p.iterations_per_s.tolist() == pytest.approx([1 / (1 + 2 * a), 1 / (2 + 4 * a)])
-    fast = est.rates(j, [4], [1], [4], [32.0], speed=2.0, uncertainty=False).iterations_per_s[0]
+    assert p.steps_per_s.tolist() == pytest.approx([1 / (1 + 2 * a), 1 / (2 + 4 * a)])
+    fast = est.rates(j, [4], [1], [4], [32.0], speed=2.0, uncertainty=False).steps_per_s[0]
     assert fast == pytest.approx(1 / (0.5 + 2 * a))
 
 
@@ -208,14 +208,14 @@ def test_a_curve_is_consolidated_starts_at_zero_and_is_read_only():
     strong = est.curve(j, 6, 4, global_batch=96.0)
     assert strong[0] == 0.0 and len(strong) == 7
     want = est.rates(j, np.arange(1, 7), np.array([1, 1, 1, 1, 2, 2]), np.array([1, 2, 3, 4, 4, 4]),
-                     96.0 / np.arange(1, 7), uncertainty=False).iterations_per_s
+                     96.0 / np.arange(1, 7), uncertainty=False).steps_per_s
     assert strong[1:] == pytest.approx(want)
     assert strong[1] == pytest.approx(1 / (0.2 + 0.8 * 3))
     with pytest.raises(ValueError):
         strong[1] = 0.0
     weak = est.curve(j, 6, 4, local_batch=32.0, speed=2.0)
     want = est.rates(j, np.arange(1, 7), np.array([1, 1, 1, 1, 2, 2]), np.array([1, 2, 3, 4, 4, 4]),
-                     np.full(6, 32.0), speed=2.0, uncertainty=False).iterations_per_s
+                     np.full(6, 32.0), speed=2.0, uncertainty=False).steps_per_s
     assert weak[1:] == pytest.approx(want) and weak[1] == pytest.approx(2.0)
 
 
@@ -249,7 +249,7 @@ def test_the_floor_holds_in_the_estimate_and_at_both_ends_of_its_interval():
     j = job(f=0.2, eta=1.0, rho=0.0, prior=prior, t_floor=0.6, cov=np.diag([1e-12, 0.25, 1e-12]))
     est = Estimator(FAB)
     a = 2 * 1 / 2 * M / 1e9  # ring across two nodes of one GPU: 0.1 s
-    plain = est.rates(j, [2], [2], [1], [8.0], uncertainty=False).iterations_per_s[0]
+    plain = est.rates(j, [2], [2], [1], [8.0], uncertainty=False).steps_per_s[0]
     assert plain == pytest.approx(1 / (0.6 + a))
     p = est.rates(j, [2], [2], [1], [8.0])
     mid = math.log(0.6 + a)

@@ -14,7 +14,7 @@ import pytest
 from coddl.perf.table import (ProfileError, ProfileTable, even_spread, format_placement, read_many, read_profiles,
                               write_profiles)
 
-HEADER = "cluster,model,param_bytes,gpu_type,gpus,nodes,placement,local_batch,global_batch,iterations_per_s,comm_s"
+HEADER = "cluster,model,param_bytes,gpu_type,gpus,nodes,placement,local_batch,global_batch,steps_per_s,comm_s"
 FULL = HEADER + ",compute_share,kind"
 
 
@@ -33,7 +33,7 @@ def _one_line_error(path: Path) -> str:
 def _table(**over) -> ProfileTable:
     cols = dict(cluster=["a", "a", "b"], model=["m", "n", "m"], param_bytes=np.array([1.0, 2.0, 1.0]),
                 gpu_type=["T4", "T4", "V100"], gpus=np.array([1, 4, 2]), placement=[(1,), (2, 2), (2,)],
-                local_batch=np.array([8.0, 8.0, 16.0]), iterations_per_s=np.array([2.0, 4.0, 5.0]),
+                local_batch=np.array([8.0, 8.0, 16.0]), steps_per_s=np.array([2.0, 4.0, 5.0]),
                 comm_s=np.array([math.nan, 0.1, 0.01]), kind=["job", "job", "collective"])
     cols.update(over)
     return ProfileTable(**cols)
@@ -51,7 +51,7 @@ def test_a_missing_compute_share_is_one_everywhere_and_columns_must_have_one_row
         _table(cluster=["a", "b"])
     with pytest.raises(ValueError, match=r"column kind has 4 rows"):
         _table(kind=["job"] * 4)
-    for name in ("param_bytes", "gpu_type", "placement", "local_batch", "iterations_per_s", "comm_s"):
+    for name in ("param_bytes", "gpu_type", "placement", "local_batch", "steps_per_s", "comm_s"):
         value = getattr(_table(), name)[:2]
         with pytest.raises(ValueError, match=rf"column {name} has 2 rows"):
             _table(**{name: value})
@@ -64,7 +64,7 @@ def test_take_by_indices_and_by_mask_keeps_every_column_source_and_lines():
         assert s.cluster == ["b", "a"] and s.model == ["m", "m"] and s.gpu_type == ["V100", "T4"]
         assert s.param_bytes.tolist() == [1.0, 1.0] and s.gpus.tolist() == [2, 1]
         assert s.placement == [(2,), (1,)] and s.local_batch.tolist() == [16.0, 8.0]
-        assert s.iterations_per_s.tolist() == [5.0, 2.0] and s.comm_s[0] == 0.01 and math.isnan(s.comm_s[1])
+        assert s.steps_per_s.tolist() == [5.0, 2.0] and s.comm_s[0] == 0.01 and math.isnan(s.comm_s[1])
         assert s.kind == ["collective", "job"] and s.compute_share.tolist() == [0.25, 1.0]
         assert s.source == "src" and s.lines.tolist() == [4, 2]
     m = t.take(np.array([False, True, True]))
@@ -106,7 +106,7 @@ def test_concat_joins_rows_and_distinct_sources_in_order():
     assert both.kind == ["job", "job", "collective", "job", "collective", "job"]
     assert both.param_bytes.tolist() == [1, 2, 1, 1, 1, 2] and both.gpu_type[2] == "V100"
     assert both.local_batch.tolist() == [8, 8, 16, 8, 16, 8]
-    assert both.iterations_per_s.tolist() == [2, 4, 5, 2, 5, 4]
+    assert both.steps_per_s.tolist() == [2, 4, 5, 2, 5, 4]
     assert np.isnan(both.comm_s).tolist() == [True, False, False, True, False, False]
     assert both.source == "one, two"
     with pytest.raises(ValueError, match="^concat needs at least one table$"):
@@ -115,12 +115,12 @@ def test_concat_joins_rows_and_distinct_sources_in_order():
 
 def test_build_fills_every_default():
     t = ProfileTable.build([
-        {"model": "m", "param_bytes": 8, "gpu_type": "T4", "gpus": 5, "nodes": 2, "iterations_per_s": 3},
+        {"model": "m", "param_bytes": 8, "gpu_type": "T4", "gpus": 5, "nodes": 2, "steps_per_s": 3},
         {"cluster": "c", "model": "n", "param_bytes": 8, "gpu_type": "T4", "gpus": 3, "placement": "1+2",
-         "local_batch": 4, "iterations_per_s": 3, "comm_s": 0.0, "compute_share": 0.5, "kind": "collective"},
+         "local_batch": 4, "steps_per_s": 3, "comm_s": 0.0, "compute_share": 0.5, "kind": "collective"},
         {"cluster": "", "model": "o", "param_bytes": 8, "gpu_type": "T4", "gpus": 3, "placement": (1, 1, 1),
-         "iterations_per_s": 3, "kind": None, "compute_share": None, "nodes": None},
-        {"model": "p", "param_bytes": 8, "gpu_type": "T4", "gpus": 2, "placement": "", "iterations_per_s": 3},
+         "steps_per_s": 3, "kind": None, "compute_share": None, "nodes": None},
+        {"model": "p", "param_bytes": 8, "gpu_type": "T4", "gpus": 2, "placement": "", "steps_per_s": 3},
     ], source="src")
     assert t.cluster == ["src", "c", "src", "src"] and t.source == "src"
     assert t.placement == [(3, 2), (2, 1), (1, 1, 1), (2,)]
@@ -129,7 +129,7 @@ def test_build_fills_every_default():
     assert t.kind == ["job", "collective", "job", "job"] and t.compute_share.tolist() == [1.0, 0.5, 1.0, 1.0]
     assert t.gpus.dtype == np.int64 and t.gpus.tolist() == [5, 3, 3, 2]
     assert ProfileTable.build([{"model": "m", "param_bytes": 1, "gpu_type": "T4", "gpus": 1,
-                                "iterations_per_s": 1}]).cluster == ["cluster"]
+                                "steps_per_s": 1}]).cluster == ["cluster"]
 
 
 def test_even_spread_and_format_placement():
@@ -143,7 +143,7 @@ def test_even_spread_and_format_placement():
 # ------------------------------------------------------------------------------ reading
 def test_defaults_of_a_minimal_file(tmp_path):
     p = _csv(tmp_path, "m,100,T4,4,8,2.5", "m,100,T4,1,8,3",
-             header="model,param_bytes,gpu_type,gpus,local_batch,iterations_per_s", name="bench.v2.csv")
+             header="model,param_bytes,gpu_type,gpus,local_batch,steps_per_s", name="bench.v2.csv")
     t = read_profiles(p)
     assert t.cluster == ["bench", "bench"] and t.kind == ["job", "job"]
     assert t.placement == [(4,), (1,)] and t.compute_share.tolist() == [1.0, 1.0]
@@ -188,7 +188,7 @@ def test_compute_share_up_to_one_and_comm_up_to_the_step_are_accepted(tmp_path):
     assert t.compute_share.tolist() == [1.0, 0.01] and t.comm_s.tolist() == [0.505, 0.0]
     msg = _one_line_error(_csv(tmp_path, "c,m,100,T4,1,1,,8,,2.0,0.51,,job", header=FULL))
     assert msg == ("mine.csv:2: comm_s: 0.51 s of communication exceeds the step itself "
-                   "(0.5 s at 2 iterations/s)")
+                   "(0.5 s at 2 steps/s)")
     msg = _one_line_error(_csv(tmp_path, "c,m,100,T4,1,1,,8,,2.0,,1.25,job", header=FULL))
     assert msg == "mine.csv:2: compute_share: expected a share of a device in (0, 1], got 1.25"
     msg = _one_line_error(_csv(tmp_path, "c,m,100,T4,1,1,,8,,2.0,-0.1,,job", header=FULL))
@@ -238,23 +238,23 @@ def test_read_many_concatenates_files(tmp_path):
     a = _csv(tmp_path, "c,m,100,T4,1,1,,8,,2.0,", name="a.csv")
     b = _csv(tmp_path, "d,n,100,T4,2,1,,8,,4.0,", name="b.csv")
     t = read_many([a, b])
-    assert t.cluster == ["c", "d"] and t.source == "a.csv, b.csv" and t.iterations_per_s.tolist() == [2.0, 4.0]
+    assert t.cluster == ["c", "d"] and t.source == "a.csv, b.csv" and t.steps_per_s.tolist() == [2.0, 4.0]
 
 
 # ------------------------------------------------------------------------------ writing
 def _written() -> ProfileTable:
     return ProfileTable.build([
         {"cluster": "c", "model": "m", "param_bytes": 4e6, "gpu_type": "V100", "gpus": 3, "placement": "2+1",
-         "local_batch": 32, "iterations_per_s": 9.25, "comm_s": 0.01, "compute_share": 0.5},
+         "local_batch": 32, "steps_per_s": 9.25, "comm_s": 0.01, "compute_share": 0.5},
         {"cluster": "c", "model": "m", "param_bytes": 4e6, "gpu_type": "V100", "gpus": 1, "local_batch": 2.5,
-         "iterations_per_s": 10},
+         "steps_per_s": 10},
         {"cluster": "c", "model": "ar", "param_bytes": 2.0**53, "gpu_type": "V100", "gpus": 2, "nodes": 2,
-         "iterations_per_s": 100.0, "kind": "collective"},
+         "steps_per_s": 100.0, "kind": "collective"},
     ])
 
 
 EXPECTED = [
-    "cluster,model,param_bytes,gpu_type,gpus,nodes,placement,local_batch,global_batch,iterations_per_s,comm_s,"
+    "cluster,model,param_bytes,gpu_type,gpus,nodes,placement,local_batch,global_batch,steps_per_s,comm_s,"
     "compute_share,kind",
     "c,m,4000000,V100,3,2,2+1,32,96,9.25,0.01,0.5,job",
     "c,m,4000000,V100,1,1,1,2.5,2.5,10,,,job",
@@ -309,12 +309,12 @@ def test_take_of_no_rows_by_an_empty_list():
 
 
 def test_a_table_without_either_batch_column_needs_one_unless_all_rows_are_collectives(tmp_path):
-    header = "model,param_bytes,gpu_type,gpus,iterations_per_s,kind"
+    header = "model,param_bytes,gpu_type,gpus,steps_per_s,kind"
     msg = _one_line_error(_csv(tmp_path, "ar,100,T4,2,5,collective", "m,100,T4,2,5,job", header=header))
     assert msg == f"mine.csv:1: local_batch: missing column; the header is {header}"
     t = read_profiles(_csv(tmp_path, "ar,100,T4,2,5,collective", "ar,100,T4,4,3,collective", header=header))
     assert t.local_batch.tolist() == [0.0, 0.0] and t.is_collective.tolist() == [True, True]
-    t = read_profiles(_csv(tmp_path, "m,100,T4,2,5,16", header="model,param_bytes,gpu_type,gpus,iterations_per_s,"
+    t = read_profiles(_csv(tmp_path, "m,100,T4,2,5,16", header="model,param_bytes,gpu_type,gpus,steps_per_s,"
                                                                 "global_batch"))
     assert t.local_batch.tolist() == [8.0]
 
@@ -339,8 +339,8 @@ def test_a_typed_parquet_placement_is_named_as_it_was_given(tmp_path):
 
     p = tmp_path / "typed.parquet"
     pq.write_table(pa.table({"model": ["m"], "param_bytes": [100.0], "gpu_type": ["T4"], "gpus": [4],
-                             "placement": [3], "local_batch": [8.0], "iterations_per_s": [2.0]}), p)
+                             "placement": [3], "local_batch": [8.0], "steps_per_s": [2.0]}), p)
     assert _one_line_error(p) == "typed.parquet:1: placement: 3 holds 3 GPUs, but gpus is 4"  # Parquet rows count from 1
     pq.write_table(pa.table({"model": ["m"], "param_bytes": [100.0], "gpu_type": ["T4"], "gpus": [3],
-                             "placement": [3], "local_batch": [8.0], "iterations_per_s": [2.0]}), p)
+                             "placement": [3], "local_batch": [8.0], "steps_per_s": [2.0]}), p)
     assert read_profiles(p).placement == [(3,)]

@@ -20,7 +20,7 @@ CURVES = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}, "flat"
 
 
 def scheduler(jobs: list[tuple[str, float, int, float, str]], gpus: int = 4) -> Scheduler:
-    """Jobs (id, arrival, GPUs, iterations, model), submitted in the order given."""
+    """Jobs (id, arrival, GPUs, steps, model), submitted in the order given."""
     s = Scheduler(Cluster.for_gpus(gpus, 4), make_policy("fifo"), CURVES)
     for jid, arrival, g, work, model in jobs:
         s.submit(JobSpec(jid, arrival, g, work, model), arrival)

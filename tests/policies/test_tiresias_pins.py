@@ -18,7 +18,7 @@ from coddl.policies.tiresias import TiresiasL
 from coddl.scheduler import Scheduler
 from coddl.sim.engine import simulate
 
-LIN = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})  # P(k) = k iterations/s
+LIN = CurveTable.from_points({"lin": {1: 1.0, 2: 2.0, 3: 3.0, 4: 4.0}})  # P(k) = k steps/s
 
 
 class Recorded(TiresiasL):
@@ -74,13 +74,13 @@ def test_knob_promotions_and_their_wakeups(keep: bool) -> None:
 @pytest.mark.parametrize("keep", [True, False])
 def test_several_thresholds_given_out_of_order_demote_by_gpu_seconds(keep: bool) -> None:
     """Two GPUs, thresholds (200, 50) — sorted: 50 then 200 GPU-s, three queues; no knob.
-    A (2 GPUs, 1,000 iterations) at 0, B (1 GPU) at 10.
+    A (2 GPUs, 1,000 steps) at 0, B (1 GPU) at 10.
     0: A runs, 50 GPU-s on 2 GPUs at 25.   10: B cannot fit beside A (same queue, A first): 25.
     25: A in queue 1, B (queue 0) runs alone (A needs 2), demoted at 25 + 50 = 75.
     75: both in queue 1, A first: A runs, its next threshold 200 at 75 + (200 − 50) / 2 = 150.
     150: A in queue 2, B (queue 1) runs, reaches 200 at 150 + 150 = 300.
     300: both in queue 2, A first, no threshold left: no wakeup. A has done 2 × 100 s = 200
-    iterations and ends at 300 + 800 / 2 = 700; then B alone.
+    steps and ends at 300 + 800 / 2 = 700; then B alone.
     Clearing a demotion when a job is given GPUs again (keep_demotion=False) changes nothing with
     service counted since the last promotion: A, resumed at 75 with 50 GPU-s, is back in queue 1 at
     once, and its next threshold (200) is still to be waited for."""

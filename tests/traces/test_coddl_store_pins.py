@@ -79,7 +79,7 @@ def test_each_skipped_job_is_counted_and_the_jobs_after_it_are_still_read(tmp_pa
 
 def test_work_is_measured_on_the_jobs_own_model_curve(tmp_path: Path):
     """A Resnet50Model128 job (curve 2.10537397 steps/s on 2 GPUs) that ran 30 steps at 0.5 steps/s on
-    2 GPUs (below one step a second, still a rate) did 30 / (0.5 / 2.10537397) = 126.32 iterations of
+    2 GPUs (below one step a second, still a rate) did 30 / (0.5 / 2.10537397) = 126.32 steps of
     its curve; one that did a single step at 1 step/s on 1 GPU of the default curve (1.0 there) did 1."""
     curves = runtime_curves()
     m = curves.index["Resnet50Model128"]
@@ -94,9 +94,9 @@ def test_work_is_measured_on_the_jobs_own_model_curve(tmp_path: Path):
 
     ra, rb = read_store(_url(tmp_path), curves).jobs
     assert ra.job.model == "Resnet50Model128"
-    assert ra.job.iterations == pytest.approx(30 / (0.5 / 2.10537397))
+    assert ra.job.steps == pytest.approx(30 / (0.5 / 2.10537397))
     assert ra.gpu_seconds == pytest.approx(2 * 60)
-    assert rb.job.model == "default" and rb.job.iterations == pytest.approx(1.0)
+    assert rb.job.model == "default" and rb.job.steps == pytest.approx(1.0)
 
 
 def test_a_job_needs_both_steps_done_and_a_positive_rate(tmp_path: Path):
@@ -204,4 +204,4 @@ def test_a_job_whose_plan_events_are_missing_is_replayed_with_no_gpu_time(tmp_pa
     store.close()
     (r,) = read_store(_url(tmp_path), runtime_curves()).jobs
     assert (r.start, r.end, r.gpu_seconds, r.state) == (t + 1, t + 6, 0.0, "finished")
-    assert r.job.iterations == pytest.approx(20 / 4.0)  # default curve: 1 step/s on one GPU
+    assert r.job.steps == pytest.approx(20 / 4.0)  # default curve: 1 step/s on one GPU
