@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import time
 
 import torch
@@ -38,9 +39,12 @@ seen = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCA
                                        "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
                                        "TORCHELASTIC_RESTART_COUNT")}
 step = json.load(open("ckpt.json"))["step"] if os.path.exists("ckpt.json") else 0
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # SO_NETNS_COOKIE: unlike the inode, never reused
+    cookie = struct.unpack("Q", s.getsockopt(socket.SOL_SOCKET, 71, 8))[0]
 with open("starts.jsonl", "a") as f:
     f.write(json.dumps({"env": seen, "cwd": os.getcwd(), "uid": os.getuid(), "sum": ranks.item(),
                         "from_step": step, "pid": os.getpid(), "netns": os.stat("/proc/self/ns/net").st_ino,
+                        "netns_cookie": cookie,
                         "interfaces": [name for _, name in socket.if_nameindex()]}) + "\n")
 steps = int(os.environ.get("STEPS", "20"))
 model = torch.nn.Linear(4, 1)

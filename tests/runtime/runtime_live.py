@@ -29,6 +29,7 @@ from typing import Any, Callable
 import httpx
 
 from coddl.runtime.identity import remove_accounts
+from coddl.runtime.netns import cookie_of
 
 REPO = Path(__file__).resolve().parents[2]
 ACCOUNTS = f"ct{os.urandom(3).hex()}"  # the account prefixes of this test process's servers start so
@@ -69,16 +70,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def netns_alive(ino: int) -> bool:
-    """Whether any process is in network namespace ``ino`` or holds a descriptor of it."""
+def netns_identity(ino: int) -> tuple[int, int]:
+    """Network namespace ``ino``, alive now, as (inode, cookie): once it is gone the kernel hands its
+    inode number to the next namespace made (the lowest free), so only the cookie says it is the same."""
+    for link in _links_to(ino):
+        try:
+            return ino, cookie_of(link)
+        except OSError:
+            continue
+    raise AssertionError(f"network namespace {ino}: no process is in it or holds it")
+
+
+def netns_holders(ns: tuple[int, int]) -> list[str]:
+    """The processes in network namespace ``ns`` (see ``netns_identity``) or holding a descriptor of
+    it, each as "PID COMMAND"."""
+    ino, cookie = ns
+    found = []
+    for link in _links_to(ino):
+        try:
+            if cookie_of(link) == cookie:
+                pid = link.split("/")[2]
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found.append(f"{pid} {command[:200]}")
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def netns_alive(ns: tuple[int, int]) -> bool:
+    return bool(netns_holders(ns))
+
+
+def wait_netns_gone(ns: tuple[int, int], timeout: float, what: str) -> None:
+    try:
+        wait_for(lambda: not netns_alive(ns), timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still there: {netns_holders(ns)}") from None
+
+
+def _links_to(ino: int) -> list[str]:
     want = f"net:[{ino}]"
+    found = []
     for link in glob.glob("/proc/[0-9]*/ns/net") + glob.glob("/proc/[0-9]*/fd/*"):
         try:
             if os.readlink(link) == want:
-                return True
+                found.append(link)
         except OSError:
             continue
-    return False
+    return found
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from runtime_live import Server, netns_alive, readable, tiny_job, wait_for
+from runtime_live import Server, netns_identity, readable, tiny_job, wait_for, wait_netns_gone
 
 from coddl.runtime.restart_cost import COLD_START_S
 
@@ -67,12 +67,13 @@ def nobody_connects(port: int) -> bool:
     return r.returncode == 0
 
 
-def assert_own_network(ranks: list[dict]) -> int:
-    """Every rank of one gang in one namespace of the gang's own, with only lo; returns its inode."""
-    assert len({s["netns"] for s in ranks}) == 1, ranks
+def assert_own_network(ranks: list[dict]) -> tuple[int, int]:
+    """Every rank of one gang in one namespace of the gang's own, with only lo; returns its inode and
+    cookie (see ``runtime_live.netns_identity``)."""
+    assert len({(s["netns"], s["netns_cookie"]) for s in ranks}) == 1, ranks
     ino = ranks[0]["netns"]
     assert ino != HOST_NETNS and all(s["interfaces"] == ["lo"] for s in ranks), ranks
-    return ino
+    return ino, ranks[0]["netns_cookie"]
 
 
 def command_job(name: str, steps: int, **fields) -> dict:  # noqa: ANN003
@@ -113,7 +114,7 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
     assert shrunk["env"]["TORCHELASTIC_RESTART_COUNT"] == "1", starts(job_dir)
     if ROOT:  # the restart got a fresh namespace; the first one went with its gang
         assert assert_own_network([shrunk]) != first_ns
-        wait_for(lambda: not netns_alive(first_ns), 30, "the first gang's network namespace to go")
+        wait_netns_gone(first_ns, 30, "the first gang's network namespace to go")
         assert not reaches_store(int(shrunk["env"]["MASTER_PORT"]))
     term = [(job_dir / f"term-{r}.txt").read_text().splitlines()[0].split() for r in (0, 1)]
     assert term[0] == term[1] == ["2", str(shrunk["from_step"])], term  # stopped together, resumed there
@@ -129,7 +130,7 @@ def test_a_restartable_command_job_is_shrunk_by_restart_and_finishes(srv):
     if ROOT:
         last = assert_own_network([s for s in starts(job_dir) if s["env"]["TORCHELASTIC_RESTART_COUNT"] ==
                                    starts(job_dir)[-1]["env"]["TORCHELASTIC_RESTART_COUNT"]])
-        wait_for(lambda: not netns_alive(last), 30, "the last gang's network namespace to go")
+        wait_netns_gone(last, 30, "the last gang's network namespace to go")
     # each restart was timed (SIGTERM to the new gang) and the scheduler charged the mean from then on:
     # the ranks stop at once on SIGTERM, far below the 30 s grace the first resize was charged
     restarts = [e["latency_s"] for e in done["events"] if e["kind"] == "applied" and e["action"] in ("shrink", "grow")]
@@ -154,8 +155,7 @@ def test_a_rigid_command_job_runs_at_its_size_and_a_cancel_stops_it_with_sigterm
     assert term[0] == term[1] and term[0][0] == "2", term  # both ranks saw SIGTERM and stopped at one step
     assert srv.job(c)["status"] == "cancelled"
     if ROOT:
-        ino = assert_own_network(starts(job_dir))
-        wait_for(lambda: not netns_alive(ino), 30, "the cancelled gang's network namespace to go")
+        wait_netns_gone(assert_own_network(starts(job_dir)), 30, "the cancelled gang's network namespace to go")
 
 
 def test_the_intruders_reach_a_store_in_the_hosts_network():
@@ -201,6 +201,7 @@ def test_an_elastic_jobs_collectives_are_its_own_on_a_root_server(srv):
     pids = [w["pid"] for w in running["workers"]]
     inos = {os.stat(f"/proc/{pid}/ns/net").st_ino for pid in pids}
     assert len(inos) == 1 and HOST_NETNS not in inos, inos  # both workers, one namespace, not the host's
+    ns = netns_identity(next(iter(inos)))
     ports = listening_ports(pids[0])  # gloo's listeners and the job's store, in there
     assert ports, "nothing listens in the job's namespace"
     for port in ports - listening_ports(os.getpid()):  # a port also in use on the host is another's there
@@ -208,5 +209,4 @@ def test_an_elastic_jobs_collectives_are_its_own_on_a_root_server(srv):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
     done = srv.wait_job(j, lambda v: v["terminal"], 180, "the end")
     assert done["status"] == "finished" and done["steps_done"] == 150, done["message"]
-    ino = inos.pop()  # not inside the predicate: wait_for calls it until the namespace is gone
-    wait_for(lambda: not netns_alive(ino), 30, "the job's network namespace to go")
+    wait_netns_gone(ns, 30, "the job's network namespace to go")

@@ -12,17 +12,20 @@ import subprocess
 import sys
 
 import pytest
-from runtime_live import netns_alive
+from runtime_live import netns_alive, netns_identity
 
-from coddl.runtime.netns import CLONE_NEWNET, Networks
+from coddl.elastic.sandbox import ConfinementError, _join_network, network_cookie
+from coddl.runtime.netns import CLONE_NEWNET, Networks, cookie_of
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace needs root")
 
 
 def test_a_gang_serves_on_its_own_loopback_and_its_namespace_ends_with_it():
     nets = Networks()
-    path, ino = nets.join("job-1")
-    assert nets.join("job-1") == (path, ino) and nets.join("job-2")[1] != ino  # one per gang
+    ns = nets.join("job-1")
+    path, ino, ident = ns.path, ns.ino, (ns.ino, ns.cookie)
+    assert nets.join("job-1") == ns and nets.join("job-2").ino != ino  # one per gang
+    assert cookie_of(path) == ns.cookie != nets.join("job-2").cookie != network_cookie() != 0
     nets.release("job-2")
     assert os.stat("/proc/self/ns/net").st_ino != ino  # the server never left the host's network
     served = nets.listen("job-1", "127.0.0.1")  # the server's socket inside the gang's namespace
@@ -46,23 +49,45 @@ def test_a_gang_serves_on_its_own_loopback_and_its_namespace_ends_with_it():
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection(("127.0.0.1", unreachable), timeout=2)
         nets.release("job-1")
-        assert netns_alive(ino)  # its rank is still in it
+        assert netns_alive(ident)  # its rank is still in it
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     served.close()
-    assert not netns_alive(ino)
+    assert not netns_alive(ident)
     nets.close()
 
 
 def test_a_killed_holder_leaves_no_namespace():
     holder = subprocess.Popen([sys.executable, "-c", "from coddl.runtime.netns import Networks; import sys, time\n"
-                               "print(Networks().join('g')[1], flush=True); time.sleep(600)"],
+                               "print(Networks().join('g').ino, flush=True); time.sleep(600)"],
                               stdout=subprocess.PIPE, text=True)
     try:
-        ino = int(holder.stdout.readline())
-        assert netns_alive(ino)
+        ns = netns_identity(int(holder.stdout.readline()))
+        assert netns_alive(ns)
     finally:
         holder.kill()
         holder.wait()
-    assert not netns_alive(ino)
+    assert not netns_alive(ns)
+
+
+def test_a_late_rank_refuses_a_namespace_that_took_its_gangs_descriptor_and_inode():
+    """Gang A is stopped before its last rank starts; gang B's namespace then takes A's descriptor
+    number and maybe A's inode number (the kernel hands on the lowest free of each). The rank must
+    not join B's: A's cookie tells them apart."""
+    nets = Networks()
+    b = nets.join("gang-b")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _join_network(b.path, b.ino, b.cookie + 1)  # A's path and inode, as if reused; A's own cookie
+        except ConfinementError as e:
+            os._exit(3 if "is gone" in str(e) and network_cookie() != b.cookie + 1 else 4)
+        os._exit(5)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
+    pid = os.fork()
+    if pid == 0:  # B's own rank joins
+        _join_network(b.path, b.ino, b.cookie)
+        os._exit(0 if network_cookie() == b.cookie else 6)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    nets.close()

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from ray_cluster import loopback_cluster
-from runtime_live import Server, netns_alive, tiny_job, wait_for
+from runtime_live import Server, tiny_job, wait_for, wait_netns_gone
 from test_command_jobs import assert_own_network, command_job, reaches_store, starts
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_command_jobs_run_on_the_ray_executor(ray_server):
         assert e["LOCAL_RANK"] == e["RANK"] and e["TORCHELASTIC_RESTART_COUNT"] == "0" and s["sum"] == 1.0
     assert len({s["env"]["MASTER_PORT"] for s in ranks}) == 1
     if os.geteuid() == 0:  # the node's agent gave the gang its own network namespace
-        ino = assert_own_network(ranks)
+        ns = assert_own_network(ranks)
         assert not reaches_store(int(ranks[0]["env"]["MASTER_PORT"]))
     assert bob.delete(f"/jobs/{pair}").status_code == 202
     files = [job_dir / f"term-{r}.txt" for r in (0, 1)]
@@ -79,7 +79,7 @@ def test_command_jobs_run_on_the_ray_executor(ray_server):
     term = [f.read_text().split() for f in files]
     assert term[0] == term[1] and term[0][0] == "2", term  # SIGTERM reached both; they stopped at one step
     if os.geteuid() == 0:
-        wait_for(lambda: not netns_alive(ino), 30, "the gang's network namespace to go")
+        wait_netns_gone(ns, 30, "the gang's network namespace to go")
 
     wide = srv.submit(command_job("wide", 20, min_gpus=4), bob)  # both nodes: the hosts' network
     done = srv.wait_job(wide, lambda v: v["terminal"], 180, "the wide gang's end")

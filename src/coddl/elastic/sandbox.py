@@ -40,6 +40,7 @@ import errno
 import os
 import platform
 import signal
+import socket
 import stat
 import struct
 import sys
@@ -49,6 +50,7 @@ from typing import NoReturn
 # clone(2) flags
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x08000000, 0x10000000, 0x20000000
 CLONE_NEWNET = 0x40000000
+SO_NETNS_COOKIE = 71  # getsockopt: the network namespace's cookie (Linux 5.14 and later)
 # mount(2) flags
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
@@ -87,7 +89,8 @@ class Confinement:
     account: str | None = None
     network: str | None = None  # a gang on one node: the key of the network namespace its ranks share
     netns: str | None = None  # that namespace (filled in by the node's launcher, root servers only) ...
-    netns_ino: int = 0  # ... and its inode, checked before joining (a descriptor number is reused)
+    netns_ino: int = 0  # ... its inode, checked before joining (a descriptor number is reused) ...
+    netns_cookie: int = 0  # ... and its cookie, checked after (so is an inode number; a cookie never is)
 
 
 class ConfinementError(RuntimeError):
@@ -174,7 +177,7 @@ def enter(c: Confinement, forward_term: bool = False) -> None:
     if len(os.listdir("/proc/self/task")) > 1:  # unshare(CLONE_NEWUSER) needs a single-threaded process
         _fork_keeper(forward_term)
     if c.netns is not None:
-        _join_network(c.netns, c.netns_ino)
+        _join_network(c.netns, c.netns_ino, c.netns_cookie)
     uid, gid = os.getuid(), os.getgid()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if as_root else CLONE_NEWUSER)
     _check(_libc.unshare(flags), "unshare (new mount, PID, IPC" + ("" if as_root else " and user") + " namespaces)")
@@ -263,19 +266,37 @@ def _clone_installation(path: str) -> int:
     return tree
 
 
-def _join_network(path: str, ino: int) -> None:
+def network_cookie() -> int:
+    """The cookie of the calling thread's network namespace: unlike its inode number, never given to
+    another namespace while the host runs (0 on a kernel older than 5.14, which has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            return struct.unpack("Q", s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0]
+        except OSError as e:
+            if e.errno == errno.ENOPROTOOPT:
+                return 0
+            raise
+
+
+def _join_network(path: str, ino: int, cookie: int) -> None:
     """Move into the gang's network namespace (``coddl.runtime.netns``), held open by the launcher at
-    ``path``; needs root, so it comes before the switch to the job's account."""
+    ``path``; needs root, so it comes before the switch to the job's account. Once the gang is
+    stopped, another gang's namespace may hold the same descriptor number and even the same inode
+    number: its cookie tells them apart (the process is still single-threaded and dies on the error,
+    before anything of the job runs)."""
+    gone = ConfinementError("the gang's network namespace is gone (the gang was stopped)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as e:
         raise ConfinementError(f"open the gang's network namespace: {e.strerror}") from None
     try:
         if os.fstat(fd).st_ino != ino:
-            raise ConfinementError("the gang's network namespace is gone (the gang was stopped)")
+            raise gone
         _check(_libc.setns(fd, CLONE_NEWNET), "setns (the gang's network namespace)")
     finally:
         os.close(fd)
+    if cookie and network_cookie() != cookie:
+        raise gone
 
 
 def _clone(path: str, writable: bool) -> int:

@@ -154,8 +154,8 @@ class ConfinedLauncher:
         else:
             c = replace(c, account=getpass.getuser())
         if c.network is not None and self.isolation.gang_networks:
-            path, ino = self.networks.join(c.network)
-            c = replace(c, netns=path, netns_ino=ino)
+            ns = self.networks.join(c.network)
+            c = replace(c, netns=ns.path, netns_ino=ns.ino, netns_cookie=ns.cookie)
         return replace(spec, confinement=c)
 
     def release_network(self, key: str) -> None:

@@ -8,7 +8,10 @@ The namespace has only ``lo``, up: the ranks meet at ``127.0.0.1`` as they would
 other process — another user's job, or the host's root — has a route to it. It is anonymous (never
 bound to a name under ``/run/netns``): the node's launcher holds it open by a file descriptor until
 the gang has stopped, each rank joins it through that descriptor before it drops root, and the kernel
-frees it once the last rank and the descriptor are gone. So nothing can be left behind — not by a
+frees it once the last rank and the descriptor are gone. A rank that starts late, after its gang was
+stopped, could find that descriptor number and that inode number both handed on to another gang's
+namespace (the kernel reuses the lowest free of each), so a rank checks the namespace's cookie, which
+the kernel never reuses while it runs. So nothing can be left behind — not by a
 cancel, a SIGKILL of the workers, nor a crash of the controller or of a Ray node's agent — and two
 gangs, two servers or two test runs never collide on a name.
 
@@ -25,9 +28,11 @@ import os
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-CLONE_NEWNET = 0x40000000
+from coddl.elastic.sandbox import CLONE_NEWNET, network_cookie
+
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -80,13 +85,34 @@ def _elsewhere(enter: Callable[[], None], work: Callable[[], T], discard: Callab
     return out["made"]  # type: ignore[return-value]
 
 
-def create() -> tuple[int, int]:
-    """A new network namespace with ``lo`` up: (a descriptor holding it, its inode number)."""
+@dataclass(frozen=True)
+class Namespace:
+    """Where a rank finds its gang's namespace (a path it opens while still root), and what identifies
+    the namespace: its inode number (checked before joining) and its cookie (checked after)."""
 
-    def opened() -> tuple[int, int]:
+    path: str
+    ino: int
+    cookie: int
+
+
+def cookie_of(path: str) -> int:
+    """The cookie (see ``coddl.elastic.sandbox.network_cookie``) of the network namespace at ``path`` (``/proc/PID/ns/net``,
+    or a descriptor of one under ``/proc/PID/fd``); needs CAP_SYS_ADMIN. OSError if it is gone."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _elsewhere(lambda: _check(_libc.setns(fd, CLONE_NEWNET), "setns (to read a namespace's cookie)"),
+                          network_cookie, lambda _: None)
+    finally:
+        os.close(fd)
+
+
+def create() -> tuple[int, int, int]:
+    """A new network namespace with ``lo`` up: (a descriptor holding it, its inode number, its cookie)."""
+
+    def opened() -> tuple[int, int, int]:
         _loopback_up()
         fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        return fd, os.fstat(fd).st_ino
+        return fd, os.fstat(fd).st_ino, network_cookie()
 
     return _elsewhere(lambda: _check(_libc.unshare(CLONE_NEWNET), "unshare (a new network namespace)"), opened,
                       lambda made: os.close(made[0]))
@@ -117,17 +143,17 @@ class Networks:
     (``Confinement.network``). Thread-safe."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[int, int]] = {}
+        self._held: dict[str, tuple[int, int, int]] = {}
         self._lock = threading.Lock()
 
-    def join(self, key: str) -> tuple[str, int]:
-        """Where a rank of gang ``key`` finds its namespace (a path it opens while still root) and the
-        namespace's inode (which the rank checks: a descriptor number is reused once released)."""
+    def join(self, key: str) -> Namespace:
+        """Where a rank of gang ``key`` finds its namespace, and how it tells that namespace from
+        another that took its descriptor number once released (made now if it has none yet)."""
         with self._lock:
             if key not in self._held:
                 self._held[key] = create()
-            fd, ino = self._held[key]
-        return f"/proc/{os.getpid()}/fd/{fd}", ino
+            fd, ino, cookie = self._held[key]
+        return Namespace(f"/proc/{os.getpid()}/fd/{fd}", ino, cookie)
 
     def listen(self, key: str, host: str) -> socket.socket:
         """A listening socket on ``host`` in the namespace of ``key`` (made now if it has none yet)."""
@@ -146,7 +172,7 @@ class Networks:
     def close(self) -> None:
         with self._lock:
             held, self._held = list(self._held.values()), {}
-        for fd, _ in held:
+        for fd, _, _ in held:
             os.close(fd)
 
     def __len__(self) -> int:
