@@ -79,6 +79,10 @@ def server_start(
         False, "--unsafe-no-isolation",
         help="run jobs with the server's own privileges: any job can read the tokens, the database and every "
              "other job (only for a single-user machine that cannot sandbox)"),
+    unsafe_ray_without_auth: bool = typer.Option(
+        False, "--unsafe-ray-without-auth",
+        help="with --executor ray: accept a Ray cluster without token authentication although jobs are isolated; "
+             "any job that reaches the cluster can then run code on its nodes as their Ray account"),
     queues: Optional[Path] = typer.Option(None, "--queues", help="a queue file (teams, quotas, cohorts): replaces the "
                                                                  "stored queues (`coddl queue` changes them live)"),
     account_prefix: str = typer.Option("coddl-", "--account-prefix",
@@ -114,6 +118,19 @@ def server_start(
     if unsafe_no_isolation:
         err_console.print("[bold red]warning:[/bold red] --unsafe-no-isolation: every job runs with the server's "
                           "privileges and can read its tokens, its database and every other job")
+    if unsafe_ray_without_auth:
+        import os
+
+        from coddl.runtime.executors.ray import UNSAFE_WITHOUT_AUTH
+
+        os.environ[UNSAFE_WITHOUT_AUTH] = "1"  # read by the Ray executor; never passed on to a job
+        err_console.print("[bold red]warning:[/bold red] --unsafe-ray-without-auth: a Ray cluster without token "
+                          "authentication lets any job that reaches it run code on its nodes as their Ray account",
+                          soft_wrap=True)
+    if executor == "ray" and not unsafe_no_isolation:
+        err_console.print("[yellow]warning:[/yellow] on Ray, elastic jobs and command gangs across nodes run in the "
+                          "hosts' network: other jobs can reach their collectives, and such a gang's MASTER_PORT",
+                          soft_wrap=True)
     try:
         serve(config, announce=console.print, step=_startup_step)
     except (ConfigError, PolicySpecError, QueueError) as e:

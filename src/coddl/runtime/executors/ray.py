@@ -16,6 +16,15 @@ Placement is ours, not Ray's: the scheduler's cluster is built from the Ray node
 pinned there with a hard node-affinity strategy, and a worker for global GPU g is started by the
 agent of the node that owns g, on that node's GPU g − first GPU of the node.
 
+Ray itself is the most privileged thing a job could reach: whatever reaches a Ray cluster's GCS port
+and holds its token (if it has one) can join it as a node and run tasks on every node as the nodes'
+account. A job of an elastic job, or a rank of a gang across nodes, runs in the hosts' network and
+reaches that port; so a server that isolates its jobs refuses a cluster without token authentication
+(``requires_token``) unless the operator passes ``--unsafe-ray-without-auth``, and every agent hides
+from its jobs, besides Ray's directory, where its node keeps the token (``~/.ray`` and the directory of
+``RAY_AUTH_TOKEN_PATH``); the token in the agent's environment never reaches a job (its environment is
+rebuilt, and it sees only its own processes).
+
 Caveats: a job's directory (checkpoint, logs) must be on a filesystem every node sees, for a job to
 restart on another node and for ``coddl logs`` to show remote output; a script path must exist on
 every node; with the server running as root, a user's account must have the same uid on every node
@@ -38,13 +47,16 @@ from coddl.errors import ConfigError
 from coddl.runtime.executors.base import WorkerRecord
 from coddl.runtime.executors.driver import ElasticExecutor, ExecutorSettings
 from coddl.runtime.executors.ray_connect import (DEFAULT_CONNECT_TIMEOUT_S, connect, import_ray, ray_cluster,
-                                                 split_address)
-from coddl.runtime.isolation import Isolation
+                                                 requires_token, split_address)
+from coddl.runtime.isolation import Isolation, installation
 
 # The node agent's warm pool: everything a worker imports, but not the actor's own __main__ (Ray's
 # worker bootstrap, which must not run again inside the fork server).
 AGENT_PRELOAD = ("torch", "torch._dynamo", "coddl.elastic.session", "coddl.elastic.worker")
 AGENT_START_S = 180.0  # an agent reserves all of its node's GPUs; it waits if someone else holds them
+# set (to 1) by `coddl server start --unsafe-ray-without-auth`: a cluster without token authentication
+# is accepted on a server that isolates its jobs, which can then take over the cluster
+UNSAFE_WITHOUT_AUTH = "CODDL_UNSAFE_RAY_WITHOUT_AUTH"
 
 
 def _ray_temp_dir() -> tuple[str, ...]:
@@ -58,6 +70,31 @@ def _ray_temp_dir() -> tuple[str, ...]:
         return ()
 
 
+_SHARED = frozenset(("/var/tmp", "/var/lib", "/usr/local", "/usr/lib", "/usr/share", "/usr/bin", "/usr/sbin"))
+
+
+def ray_token_dirs(environ: dict[str, str] | os._Environ = os.environ,
+                   keep: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Where this node's Ray keeps its token, to hide from jobs: ``~/.ray`` (``ray get-auth-token
+    --generate`` writes ``auth_token`` there, readable by all under the usual umask) and the directory
+    of ``RAY_AUTH_TOKEN_PATH``. ConfigError if that directory cannot be hidden without hiding what jobs
+    need (``/``, a top-level directory such as ``/etc``, or one holding ``keep``: the installation)."""
+    dirs = []
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    if (home / ".ray").is_dir():
+        dirs.append(str((home / ".ray").resolve()))
+    token_path = environ.get("RAY_AUTH_TOKEN_PATH")
+    if token_path:
+        parent = Path(token_path).expanduser().resolve().parent
+        held = [k for k in keep if Path(k).resolve().is_relative_to(parent)]
+        if len(parent.parts) < 3 or str(parent) in _SHARED or held:
+            raise ConfigError(f"RAY_AUTH_TOKEN_PATH={token_path}: jobs could read the token there, and its directory "
+                              f"{parent} cannot be hidden from them ({'it holds ' + held[0] if held else 'shared'}): "
+                              f"keep the token in a directory of its own, such as /etc/ray/auth/token")
+        dirs.append(str(parent))
+    return tuple(dict.fromkeys(dirs))
+
+
 class NodeAgent:
     """Runs on one Ray node (as an actor): starts, waits for, kills and pins that node's workers."""
 
@@ -69,11 +106,20 @@ class NodeAgent:
 
         self._first_gpu = first_gpu
         self._gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # the physical GPUs Ray reserved for us
-        self._launcher = ConfinedLauncher(WorkerPool(AGENT_PRELOAD), isolation, hide=_ray_temp_dir())
+        self._refused: ConfigError | None = None
+        hide = _ray_temp_dir()
+        if isolation.mode != "none":
+            try:
+                hide = (*hide, *ray_token_dirs(keep=installation()))
+            except ConfigError as e:
+                self._refused = e  # said by ``warm``, as one line
+        self._launcher = ConfinedLauncher(WorkerPool(AGENT_PRELOAD), isolation, hide=hide)
         self._procs: dict[int, object] = {}
 
     def warm(self, work_dir: str) -> float:
         """Start the pool and check that this node confines workers as the server promises."""
+        if self._refused is not None:
+            raise self._refused
         return self._launcher.probe(Path(work_dir))
 
     def launch(self, spec: WorkerSpec) -> int:
@@ -209,6 +255,12 @@ class RayExecutor(ElasticExecutor):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         connect(ray, address, connect_timeout_s)
+        if isolation.mode != "none" and os.environ.get(UNSAFE_WITHOUT_AUTH) != "1" \
+                and not requires_token(address, connect_timeout_s):
+            raise ConfigError(f"the Ray cluster at {address} has no token authentication, so a job that reaches it "
+                              f"could run code on its nodes as their Ray account: start the cluster with "
+                              f"RAY_AUTH_MODE=token (this server too, with the token), or pass "
+                              f"--unsafe-ray-without-auth")
         self._ray = ray
         cluster, node_ids = ray_cluster(ray)
         actor = ray.remote(NodeAgent)

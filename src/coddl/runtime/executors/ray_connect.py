@@ -9,6 +9,10 @@ with token authentication that this process has no token for fails after the sam
 with a paragraph. Here the address is checked first (a TCP connection within ``timeout_s``), Ray's
 own retries get the same budget (``RAY_gcs_server_port_wait_time_s``, unless the operator set it),
 and every failure becomes a ConfigError that says what to do.
+
+``requires_token`` asks the cluster, from a fresh process that holds no token, whether it refuses
+such a client: a cluster that does not lets anything that reaches its GCS port join it as a node and
+run tasks on every node as the Ray nodes' account (``RayExecutor`` refuses it on an isolating server).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 from types import ModuleType
 
 from coddl.core.cluster import Cluster, GpuType, Node
@@ -80,6 +86,36 @@ def connect(ray: ModuleType, address: str, timeout_s: float = DEFAULT_CONNECT_TI
             raise ConfigError(f"the Ray cluster at {address} refused this server's credentials: {_AUTH_HINT}") from None
         raise ConfigError(f"cannot connect to the Ray cluster at {address} within {timeout_s:g} s "
                           f"(--ray-connect-timeout-s): {str(e).splitlines()[0]}") from None
+
+
+# Run with no token anywhere in reach (no RAY_AUTH_* variable, an empty HOME: no ~/.ray/auth_token): 0 if
+# the GCS answers such a client, 3 if it refuses it for want of a token.
+_UNAUTHENTICATED_CLIENT = """
+import sys
+from ray._raylet import GcsClient
+from ray.exceptions import AuthenticationError
+try:
+    GcsClient(address=sys.argv[1]).internal_kv_keys(b"", None, timeout=float(sys.argv[2]))
+except AuthenticationError:
+    sys.exit(3)
+"""
+
+
+def requires_token(address: str, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> bool:
+    """Whether the Ray cluster at ``address`` (already reachable) refuses a client without its token;
+    ConfigError if that cannot be told."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    with tempfile.TemporaryDirectory(prefix="coddl-ray-probe-") as home:
+        env.update(RAY_AUTH_MODE="disabled", HOME=home)
+        try:
+            r = subprocess.run([sys.executable, "-c", _UNAUTHENTICATED_CLIENT, address, str(max(1.0, timeout_s))],
+                               env=env, cwd=home, capture_output=True, text=True, timeout=60 + 2 * timeout_s)
+        except subprocess.TimeoutExpired:
+            r = None
+    if r is not None and r.returncode in (0, 3):
+        return r.returncode == 3
+    why = "no answer" if r is None else (r.stderr.strip().splitlines() or [f"exit code {r.returncode}"])[-1]
+    raise ConfigError(f"cannot tell whether the Ray cluster at {address} requires token authentication ({why})")
 
 
 def import_ray(address: str):  # noqa: ANN202 - the ray module
