@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from runtime_live import EXAMPLES, Server
 from testbed_live import BANDWIDTH_MBIT, coddl, leftovers, skip_reason
 
 from coddl.clusterspec import load_cluster
+from coddl.runtime.executors.ray_connect import requires_token
 from coddl.runtime.testbed.cluster import TestbedSpec
 from coddl.runtime.testbed.netns import (NO_NETEM, LinkLimit, TestbedError, Wiring, inside, namespace_pids,
                                        netem_available, parse_delay, parse_rate, tear_down)
@@ -115,6 +118,11 @@ def test_two_ray_nodes_come_up_in_their_namespaces(testbed):
                        env={**os.environ, **testbed.node_env()})
     assert r.stdout.strip() == "[('10.231.0.1', 2.0), ('10.231.0.2', 2.0)]", r.stderr[-2000:]
     assert len(namespace_pids(testbed.node_ns(1))) >= 2  # a raylet and its helpers live in node 1
+    # its Ray wants the token, which only root can read: a job in a node cannot take the cluster over
+    token = Path(testbed.node_env()["RAY_AUTH_TOKEN_PATH"])
+    assert stat.S_IMODE(token.parent.stat().st_mode) == 0o700 and stat.S_IMODE(token.stat().st_mode) == 0o600
+    with inside(testbed.node_ns(1)):
+        assert requires_token(testbed.ray_address)
 
 
 @pytest.mark.slow

@@ -27,7 +27,8 @@ def leftovers(prefix: str) -> list[str]:
     out = list_namespaces(prefix)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     out += [line.split(":")[1].strip() for line in links.splitlines() if prefix in line]
-    out += [str(p) for p in (tb.state_file(prefix), tb.STATE_ROOT / f"{prefix}-ray") if p.exists()]
+    out += [str(p) for p in (tb.state_file(prefix), tb.STATE_ROOT / f"{prefix}-ray", tb.auth_token_path(prefix).parent)
+            if p.exists()]
     return out
 
 

@@ -7,14 +7,17 @@ so its workers on other nodes reach the job's store across the shaped link, and 
 between nodes crosses it too (``GLOO_SOCKET_IFNAME=eth0`` in every node). ``down`` kills every process
 in the testbed's namespaces and deletes them; it is idempotent, and ``up`` calls it on any failure.
 
-Ray runs with no token: only processes inside the testbed's namespaces (or root on the host, who can
-enter them) can reach its addresses, which exist nowhere else.
+Ray runs with token authentication, as a server that isolates its jobs demands: the jobs themselves run
+in the testbed's namespaces, and a job that reached an unauthenticated Ray could run tasks as root on
+every node. The token lives in a root-only directory of the testbed's own (``/tmp/PREFIX-auth``), named
+by ``RAY_AUTH_TOKEN_PATH`` in every node's environment, which the Ray executor hides from its jobs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -71,12 +74,28 @@ class Testbed:
         return self.wiring.address(i)
 
     def node_env(self) -> dict[str, str]:
-        """The environment of every process in a node: Ray's short temp dir; gloo on the node's link."""
-        return {"RAY_TMPDIR": self.temp_dir, "GLOO_SOCKET_IFNAME": "eth0", "RAY_USAGE_STATS_ENABLED": "0"}
+        """The environment of every process in a node: Ray's short temp dir and its token; gloo on the
+        node's link."""
+        return {"RAY_TMPDIR": self.temp_dir, "GLOO_SOCKET_IFNAME": "eth0", "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(auth_token_path(self.spec.prefix))}
 
     def to_json(self) -> str:
         d = asdict(self)
         return json.dumps(d, indent=2)
+
+
+def auth_token_path(prefix: str) -> Path:
+    """The testbed's Ray token, in a directory of its own that only root can enter."""
+    return STATE_ROOT / f"{prefix}-auth" / "token"
+
+
+def _write_token(prefix: str) -> None:
+    path = auth_token_path(prefix)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
 
 
 def state_file(prefix: str) -> Path:
@@ -135,6 +154,7 @@ def up(spec: TestbedSpec) -> Testbed:
     deadline = time.monotonic() + UP_TIMEOUT_S
     try:
         temp.mkdir(mode=0o700, exist_ok=True)
+        _write_token(spec.prefix)
         tb.wiring.build()
         tb.wiring.shape(spec.link)
         _ray_start(tb, 0, head=True)
@@ -162,5 +182,6 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Kill the testbed's processes, delete its namespaces, links and files; the namespaces removed."""
     removed = tear_down(prefix)
     shutil.rmtree(STATE_ROOT / f"{prefix}-ray", ignore_errors=True)
+    shutil.rmtree(auth_token_path(prefix).parent, ignore_errors=True)
     state_file(prefix).unlink(missing_ok=True)
     return removed
