@@ -55,7 +55,9 @@ def up_cmd(nodes: int = typer.Option(2, "--nodes", help="Ray nodes, one network 
     ns0 = bed.node_ns(0)
     console.print(f"testbed [bold]{name}[/bold] up: {nodes} nodes ({', '.join(bed.node_ns(i) for i in range(nodes))}), "
                   f"links {spec.link.describe()}; Ray at {bed.ray_address}")
-    console.print(f"run the server in node 0:  ip netns exec {ns0} env GLOO_SOCKET_IFNAME=eth0 "
+    env = " ".join(f"{k}={v}" for k, v in bed.node_env().items() if k in ("GLOO_SOCKET_IFNAME", "RAY_AUTH_MODE",
+                                                                             "RAY_AUTH_TOKEN_PATH"))
+    console.print(f"run the server in node 0:  ip netns exec {ns0} env {env} "
                   f"coddl server start --executor ray --ray-address {bed.ray_address}", soft_wrap=True)
     console.print(f"tear it down:              coddl testbed down --name {name}", soft_wrap=True)
 
