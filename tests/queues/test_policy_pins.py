@@ -578,3 +578,21 @@ def test_a_one_gpu_running_job_has_a_floor_and_a_waiting_job_none() -> None:
     ctx = s.context(1.0)
     _, floor = p.demand(ctx, p.queue_rows(ctx))
     assert floor.tolist() == [[1, 0, 0], [8, 0, 0]]
+
+
+@pytest.mark.parametrize("policy", ["max-min", "afs-p"])
+def test_a_queue_decides_again_when_a_jobs_bounds_or_curve_change(policy: str) -> None:
+    """Queue a holds A1 (1..4) and A2 (1..8) on 8 GPUs, 4 each. A1's own profile then lowers its
+    maximum to 2 (``set_curve(..., max_gpus=2)``) while its queue's entitlement stays 8 (demand
+    2 + 8 ≥ 8): the queue's policy must decide again — its last answer (4) is now outside A1's
+    bounds, and standing by it made the scheduler refuse the step (found by `coddl demo --nodes 2`:
+    "job 6 given 3 GPUs outside [1, 2]")."""
+    s = Scheduler(Cluster.for_gpus(8, 4), QueuedPolicy(LAB, lambda: make_policy(policy)), LIN)
+    s.validate = True
+    s.submit(job("A1", "ann", 1, hi=4), 0.0)
+    s.submit(job("A2", "ann", 1, hi=8), 0.0)
+    s.step(0.0)
+    assert held(s) == {"A1": 4, "A2": 4}
+    s.set_curve("A1", np.array([0.0, 1.0, 2.0]), max_gpus=2)
+    s.step(1.0)  # no InfeasibleShares
+    assert held(s) == {"A1": 2, "A2": 6}

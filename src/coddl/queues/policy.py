@@ -129,9 +129,15 @@ class QueuedPolicy(Policy):
         free_by_type = np.asarray(ctx.capacity_by_type, dtype=np.int64).copy()
         run, kept = [], []
         for qi, rows in self._partition(q):
-            sig = (int(ent[0, qi]), int(ent[1, qi]), j.uid[rows].tobytes(), j.speed[rows].tobytes())
+            # what the queue's policy decides on besides the clock: its jobs, their bounds (a job's
+            # maximum drops when its own profile arrives, and the restart rule holds jobs back by
+            # lowering it), their speed and the curves (a new array whenever one job's changes; the
+            # signature keeps it, so its id is not reused while compared)
+            sig = (int(ent[0, qi]), int(ent[1, qi]), j.uid[rows].tobytes(), j.speed[rows].tobytes(),
+                   j.min_gpus[rows].tobytes(), j.max_gpus[rows].tobytes(), j.requested[rows].tobytes(),
+                   j.model[rows].tobytes(), id(ctx.curves), ctx.curves)
             wake = self._wakes.get(qi)
-            if self._signature.get(qi) == sig and (wake is None or wake > ctx.now):
+            if _same(self._signature.get(qi), sig) and (wake is None or wake > ctx.now):
                 answer = self._answer.get(qi)
                 answered = answer is not None and answer[0] == self._held(j, rows)
                 kept.append((rows, answered))  # nothing this queue's policy looks at changed: its shares stand
@@ -267,3 +273,8 @@ def _limits(ctx: Context, g: np.ndarray, gpu_type: np.ndarray | None):  # noqa: 
     if gpu_type is not None:
         for t, cap in enumerate(np.asarray(ctx.capacity_by_type).tolist()):
             yield np.flatnonzero(gpu_type == t), int(cap)
+
+
+def _same(seen: tuple | None, sig: tuple) -> bool:
+    """Signatures equal: every field but the curves by value, the curves by identity."""
+    return seen is not None and seen[:-1] == sig[:-1] and seen[-1] is sig[-1]
