@@ -241,8 +241,10 @@ def every_choice(table: ProfileTable) -> list[str]:
     return [recommended(table)] + apps_of(table)
 
 
-def plot_predicted_vs_measured(results: dict[str, list[AppAccuracy]], path: str | Path) -> None:
-    """Predicted vs measured steps/s, before and after one correction (log-log)."""
+def predicted_vs_measured_figure(results: dict[str, list[AppAccuracy]]):
+    """Predicted vs measured steps/s, before and after one correction (log-log): the figure, one
+    panel each, a colour per testbed (by its place in ``results``), the identity line and a ±20%
+    band; points come from the recommended calibrations (``OTHERS``, ``COLLECTIVE``) only."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -270,5 +272,13 @@ def plot_predicted_vs_measured(results: dict[str, list[AppAccuracy]], path: str 
     axes[0].set_ylabel("predicted steps/s")
     axes[0].legend(markerscale=3, fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot_predicted_vs_measured(results: dict[str, list[AppAccuracy]], path: str | Path) -> None:
+    """Predicted vs measured steps/s, before and after one correction (log-log), saved as a PNG."""
+    fig = predicted_vs_measured_figure(results)  # selects the Agg backend before pyplot is imported
+    import matplotlib.pyplot as plt
+
     fig.savefig(path, dpi=110)
     plt.close(fig)
