@@ -327,7 +327,9 @@ def test_ranks_of_two_device_types_split_the_batch_by_speed(tmp_path: Path, pool
 def test_ranks_follow_the_slots_not_the_order_workers_joined(tmp_path: Path, pool: WorkerPool) -> None:
     """A ring all-reduce follows the ranks: grown from slots 0 and 2 onto 0-3, the job must run its
     ring 0, 1, 2, 3 (one node's GPUs next to each other), not 0, 2, 1, 3 in the order workers came."""
-    with ElasticJob(config(tmp_path / "order", 40, verify=False), pool) as job:
+    # long enough that the two survivors cannot finish the job before the joiners start (on a loaded
+    # machine 35 steps of 10 ms went by first, and the job ended on slots ())
+    with ElasticJob(config(tmp_path / "order", 400, verify=False), pool) as job:
         job.start([0, 2])
         wait_for_step(job, 5)
         job.resize([0, 1, 2, 3])
