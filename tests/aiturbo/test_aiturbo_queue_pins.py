@@ -17,6 +17,8 @@ from coddl.policies import make_policy
 from coddl.policies.aiturbo import _grow, _Plan, _Pool, _shed, borda_score, descend
 from coddl.scheduler import Scheduler
 
+from test_aiturbo_pins import grid  # a plan over w0 … GPUs × x cores per GPU; U = w × (service_per_gpu + x)
+
 LIN = CurveTable.from_points({"lin": {k: float(k) for k in range(1, 9)}})
 
 
@@ -33,15 +35,6 @@ def plan(cost: list[float], lo: int = 1, x: int = 2) -> _Plan:
     c = np.array(cost, dtype=float)[:, None]
     w = np.arange(lo, lo + c.shape[0])
     return _Plan(0, w, np.array([x]), 1.0 / c, np.ones_like(c), c, x, 0.0)
-
-
-def grid(speed: list[list[float]], w0: int, x: list[int], service_per_gpu: float = 10.0) -> _Plan:
-    """A plan over w0 … GPUs (rows) × ``x`` cores per GPU (columns); U = w × (service_per_gpu + x)."""
-    s = np.array(speed, dtype=float)
-    w = np.arange(w0, w0 + s.shape[0])
-    xs = np.array(x)
-    service = w[:, None] * (service_per_gpu + xs[None, :])
-    return _Plan(0, w, xs, s, service, service / s, int(xs[0]), 0.0)
 
 
 # ------------------------------------------------------------------ the T·U walk at its edges
