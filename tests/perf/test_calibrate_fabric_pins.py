@@ -14,11 +14,12 @@ correct fit recovers the truth and explains every row (rms ≈ 0, up to the solv
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from coddl.perf.calibrate import WEAK, fit_fabric
+from coddl.perf.calibrate import FIT_ALGORITHMS, WEAK, fit_fabric
 from coddl.perf.fabric import Fabric
 from coddl.perf.jobmodel import step_model
 from coddl.perf.table import ProfileError, ProfileTable
@@ -357,3 +358,67 @@ def test_an_empty_table_has_no_cluster_to_name():
     with pytest.raises(ProfileError) as e:
         fit_fabric(ProfileTable.build([]), algorithm="ring")
     assert str(e.value) == "profiles: cluster: no multi-GPU rows to calibrate the links from"
+
+
+# ---- the search's bounds and what it is handed ----
+
+def test_a_table_of_two_clusters_is_refused_with_both_names():
+    # links belong to one cluster: two clusters' rows in one fit are refused, named in table order
+    rows = collectives(RING, [(2,)], mbs=(16,)) + [dict(r, cluster="d") for r in collectives(RING, [(2,)], mbs=(16,))]
+    with pytest.raises(ValueError) as e:
+        fit_fabric(ProfileTable.build(rows), jobs=[], algorithm="ring")
+    assert str(e.value) == "fit_fabric: one cluster at a time, got c, d"
+
+
+def test_the_inter_node_link_is_never_faster_than_the_intra_node_one():
+    # timed with 2 GB/s inside a node and 20 GB/s between nodes: the fit keeps the intra-node
+    # seconds per byte at most the inter-node ones (log ratio ≤ 0), so it ends at the bound, the
+    # two bandwidths equal
+    truth = Fabric(2.0, 20.0, 10.0, 80.0, "ring")
+    fit = fit_fabric(ProfileTable.build(collectives(truth, ONE_NODE_AND_TWO)), jobs=[], algorithm="ring")
+    assert fit.fabric.intra_gbps == pytest.approx(fit.fabric.inter_gbps, rel=1e-9)
+    assert fit.rms > 1e-3
+
+
+def test_the_inter_node_link_is_never_slower_than_100_kb_per_s():
+    # a 10 kB/s link between nodes: the fit's inter-node seconds per byte stop at 1e-5 (100 kB/s =
+    # 1e-4 GB/s), where a link that slow says the measurement, not the link, is wrong
+    truth = Fabric(20.0, 1e-5, 10.0, 80.0, "ring")
+    fit = fit_fabric(ProfileTable.build(collectives(truth, ONE_NODE_AND_TWO)), jobs=[], algorithm="ring")
+    assert fit.fabric.inter_gbps == pytest.approx(1e-4, rel=1e-9)
+
+
+def test_the_inter_node_latency_is_never_above_one_second():
+    # 1.5 s per step between nodes: the fit's inter-node latency stops at its bound, 1 s
+    truth = Fabric(20.0, 2.0, 10.0, 1.5e6, "ring")
+    fit = fit_fabric(ProfileTable.build(collectives(truth, ONE_NODE_AND_TWO)), jobs=[], algorithm="ring")
+    assert fit.fabric.inter_latency_us == pytest.approx(1e6, rel=1e-9)
+
+
+def test_a_job_with_a_single_multi_gpu_row_is_fitted_to_it():
+    # no micro-benchmarks and one job measured once across two nodes: that one row is what the links
+    # are fitted to, and the fit explains it (the default fabric's 12.5 GB/s would price the 1e8-byte
+    # all-reduce ~6× under the truth's 2 GB/s)
+    rows = one_gpu() + multi_gpu(RING, shapes=[(1, 1)], batches=(32.0,))
+    fit = fit_fabric(ProfileTable.build(rows), algorithm="ring")
+    assert fit.rows == 1
+    assert fit.rms < 1e-3
+
+
+def test_auto_hands_the_noise_to_every_algorithm_it_tries():
+    # steps 20% slower on two nodes than the truth prices them, so data and prior disagree and the
+    # noise levels weigh them: with the algorithm left open, the best of the algorithms' fits under
+    # the same noise comes back (and that noise does change the fit, so dropping it would show)
+    rows = one_gpu() + multi_gpu(RING)
+    for r in rows:
+        if len(r["placement"]) > 1:
+            r["steps_per_s"] /= 1.2
+    table = ProfileTable.build(rows)
+    loud = replace(WEAK, noise=0.5)
+    best = min((fit_fabric(table, algorithm=a, noise=loud) for a in FIT_ALGORITHMS), key=lambda f: f.rms)
+    fit = fit_fabric(table, noise=loud)
+    assert fit.rms == best.rms
+    assert links(fit.fabric) == links(best.fabric)
+    assert fit.jobs["m"].theta == pytest.approx(best.jobs["m"].theta, rel=0, abs=0)
+    weak = fit_fabric(table, algorithm=fit.fabric.algorithm)
+    assert weak.rms != fit.rms
