@@ -174,6 +174,14 @@ def test_cell_parsers_accept_and_name_the_cell():
     assert _err(T.text, None, "f", 5, "m") == "f:5: m: expected a non-empty value, got ''"
 
 
+def test_an_integer_past_int64_is_a_bad_cell_not_an_overflow():
+    # the columns are int64: a GPU count of 1e20 (or 2**63 exactly) cannot be held and used to end
+    # in numpy's OverflowError; the largest that fits still reads
+    assert T.positive_int(str(2 ** 62), "f", 2, "n") == 2 ** 62
+    for big in ("99999999999999999999", str(2 ** 63), "1e20"):
+        assert _err(T.positive_int, big, "f", 2, "n") == f"f:2: n: expected a positive integer, got '{big}'"
+
+
 def test_blank():
     assert T._blank(None) and T._blank("") and T._blank("  ")
     assert not T._blank("x") and not T._blank(0)
@@ -199,8 +207,9 @@ def test_positive_ints_whole_and_cellwise():
     assert _err(_col(["1", "2.5"], [3, 5]).positive_ints) == "f.csv:5: c: expected a positive integer, got '2.5'"
     assert _err(_col([True, False]).positive_ints) == "f.csv:2: c: expected a positive integer, got 'True'"
     assert _err(_col([True, False]).positive_floats) == "f.csv:2: c: expected a positive number, got 'True'"
+    # past int64, the bulk conversion fails and the cells are walked: the huge count is the first bad one
     assert _err(_col(["99999999999999999999999", "x"], [2, 3]).positive_ints) == \
-        "f.csv:3: c: expected a positive integer, got 'x'"
+        "f.csv:2: c: expected a positive integer, got '99999999999999999999999'"
     big = _col(["99999999999999999999999"])
     with pytest.raises((OverflowError, ValueError, TraceError)):
         big.positive_ints()
@@ -1003,3 +1012,10 @@ def test_poisson_trace_of_two_jobs_on_one_gpu(monkeypatch):
     assert [j.duration for j in t.jobs] == [100.0, 100.0]
     assert [j.arrival for j in t.jobs] == [0.0, pytest.approx(span)]
     assert t.meta["rate_per_s"] == pytest.approx(1 / span)
+
+
+def test_a_trace_with_a_count_past_int64_names_the_cell(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,arrival,num_gpus,duration\na,0,2,10\nb,1,99999999999999999999,10\n")
+    with pytest.raises(TraceError, match=r"t\.csv:3: num_gpus: expected a positive integer, got '99999999999999999999'$"):
+        loader.load_trace(str(trace))

@@ -157,9 +157,12 @@ def _show(value: Any) -> str:
     return repr(value.strip() if isinstance(value, str) else "" if value is None else str(value))
 
 
+INT_LIMIT = 2.0 ** 63  # the columns are int64: a count at or past this cannot be held
+
+
 def positive_int(value: Any, file: str, line: int, field: str) -> int:
     x = _number(value)
-    if x is not None and x > 0 and x.is_integer():
+    if x is not None and 0 < x < INT_LIMIT and x.is_integer():
         return int(x)
     fail(file, line, field, f"expected a positive integer, got {_show(value)}")
 
