@@ -86,8 +86,32 @@ def test_a_late_rank_refuses_a_namespace_that_took_its_gangs_descriptor_and_inod
         os._exit(5)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
     pid = os.fork()
+    if pid == 0:  # a rank that carries no cookie (as a kernel older than 5.14 would give) proves nothing
+        try:
+            _join_network(b.path, b.ino, 0)
+        except ConfinementError as e:
+            os._exit(3 if "is gone" in str(e) else 4)
+        os._exit(5)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
+    pid = os.fork()
     if pid == 0:  # B's own rank joins
         _join_network(b.path, b.ino, b.cookie)
         os._exit(0 if network_cookie() == b.cookie else 6)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     nets.close()
+
+
+def test_a_root_server_refuses_to_start_where_namespaces_have_no_cookie(tmp_path, monkeypatch):
+    """On a kernel without namespace cookies (older than 5.14; stood in for by the lookup answering 0,
+    as it does there) a late rank could not tell its gang's namespace from another's, so the server's
+    start-up check refuses rather than run gangs in networks that may not be their own."""
+    from coddl.errors import ConfigError
+    from coddl.elastic.pool import WorkerPool
+    from coddl.runtime import isolation as iso
+
+    launcher = iso.ConfinedLauncher(WorkerPool(), iso.Isolation("accounts", (str(tmp_path),)))
+    monkeypatch.setattr(iso, "network_cookie", lambda: 0)
+    with pytest.raises(ConfigError, match=r"its kernel gives a network namespace no cookie \(SO_NETNS_COOKIE, "
+                                          r"Linux 5\.14 and later\)"):
+        launcher.probe(tmp_path / "work")
+    assert not (tmp_path / "work").exists()  # refused before any worker was started

@@ -283,7 +283,9 @@ def _join_network(path: str, ino: int, cookie: int) -> None:
     ``path``; needs root, so it comes before the switch to the job's account. Once the gang is
     stopped, another gang's namespace may hold the same descriptor number and even the same inode
     number: its cookie tells them apart (the process is still single-threaded and dies on the error,
-    before anything of the job runs)."""
+    before anything of the job runs). A namespace recorded without a cookie is refused: by its inode
+    alone a late rank could land in another gang's network (the server refuses to start on a kernel
+    without cookies, ``ConfinedLauncher.probe``)."""
     gone = ConfinementError("the gang's network namespace is gone (the gang was stopped)")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -295,7 +297,7 @@ def _join_network(path: str, ino: int, cookie: int) -> None:
         _check(_libc.setns(fd, CLONE_NEWNET), "setns (the gang's network namespace)")
     finally:
         os.close(fd)
-    if cookie and network_cookie() != cookie:
+    if not cookie or network_cookie() != cookie:  # no cookie (Linux < 5.14): no way to tell, so refuse
         raise gone
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 from coddl.elastic.pool import WorkerHandle, WorkerPool
-from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement
+from coddl.elastic.sandbox import EXIT_CONFINEMENT, Confinement, network_cookie
 from coddl.elastic.worker import WorkerSpec
 from coddl.errors import ConfigError
 from coddl.runtime.identity import PREFIX, AccountMap
@@ -173,6 +173,12 @@ class ConfinedLauncher:
         taken (the pool's first fork included), or raises ConfigError saying what the host refused."""
         if self.isolation.mode == "none":
             return self.pool.warm()
+        if self.isolation.gang_networks and not network_cookie():
+            # a late rank tells its gang's namespace from one that took its descriptor and inode numbers
+            # only by the cookie (coddl.runtime.netns): without it, gangs' networks would not be their own
+            raise ConfigError("cannot give gangs networks of their own on this host: its kernel gives a network "
+                              "namespace no cookie (SO_NETNS_COOKIE, Linux 5.14 and later); upgrade the kernel, "
+                              "or start with --unsafe-no-isolation to run jobs with the server's privileges")
         t0 = time.perf_counter()
         Path(work_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
         job_dir = Path(tempfile.mkdtemp(prefix=".probe-", dir=work_dir))  # several Ray agents share a host

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -89,17 +90,54 @@ def auth_token_path(prefix: str) -> Path:
     return STATE_ROOT / f"{prefix}-auth" / "token"
 
 
+def _private_dir(path: Path) -> None:
+    """Make ``path`` a directory only this user can enter, or accept one an earlier testbed of this
+    user left. /tmp is everyone's: another user could have made the directory (or a link by its name)
+    first, and would then read the token written into it, or have root write through a planted link —
+    so anything else there is refused, never chmod-ed into shape."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise TestbedError(f"{path} exists and is not a private directory of this user (another user may "
+                               f"have made it): remove it and run again") from None
+
+
+def _write_own(path: Path, text: str, mode: int) -> None:
+    """Write ``path`` as a new file of this user: a file or link of that name that another user made
+    (in /tmp) is refused rather than written through."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+            raise TestbedError(f"{path} exists and is not this user's file (another user may have made it): "
+                               f"remove it and run again")
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def _write_token(prefix: str) -> None:
     path = auth_token_path(prefix)
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(path.parent, 0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_hex(32))
+    _private_dir(path.parent)
+    _write_own(path, secrets.token_hex(32), 0o600)
 
 
 def state_file(prefix: str) -> Path:
     return STATE_ROOT / f"{prefix}.json"
+
+
+def _read_own(path: Path) -> str:
+    """``path``'s text if it is this user's own file (not a link, nor a file another user planted)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        if os.fstat(fd).st_uid != os.geteuid():
+            raise TestbedError(f"{path} is not this user's file (another user may have made it): remove it")
+        return f.read()
 
 
 def _ray_cli() -> str:
@@ -153,7 +191,7 @@ def up(spec: TestbedSpec) -> Testbed:
                  temp_dir=str(temp))
     deadline = time.monotonic() + UP_TIMEOUT_S
     try:
-        temp.mkdir(mode=0o700, exist_ok=True)
+        _private_dir(temp)
         _write_token(spec.prefix)
         tb.wiring.build()
         tb.wiring.shape(spec.link)
@@ -161,7 +199,7 @@ def up(spec: TestbedSpec) -> Testbed:
         for i in range(1, spec.nodes):
             _ray_start(tb, i, head=False)
         _wait_for_nodes(tb, deadline)
-        state_file(spec.prefix).write_text(tb.to_json())
+        _write_own(state_file(spec.prefix), tb.to_json(), 0o644)
     except BaseException:
         down(spec.prefix)
         raise
@@ -171,7 +209,7 @@ def up(spec: TestbedSpec) -> Testbed:
 def load(prefix: str = DEFAULT_PREFIX) -> Testbed:
     """The testbed ``up`` started under ``prefix`` (from its state file)."""
     try:
-        d = json.loads(state_file(prefix).read_text())
+        d = json.loads(_read_own(state_file(prefix)))
     except FileNotFoundError:
         raise TestbedError(f"no testbed named {prefix!r} is up (coddl testbed up)") from None
     spec = TestbedSpec(**{**d["spec"], "link": LinkLimit(**d["spec"]["link"])})
