@@ -130,6 +130,15 @@ def test_the_interval_of_a_one_gpu_step_comes_from_the_fixed_share_and_the_noise
         assert p.compute_s[i] == pytest.approx(math.exp(mid)) and p.comm_s[i] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_exposed_communication_is_never_negative_even_where_its_difference_rounds_below_0():
+    # a local batch of 1e300 on 2+2 GPUs: T and C are ~1e299 and their difference is the all-reduce's
+    # ~1e-2 s lost in rounding — it came out at about −4e284 s; it is at least 0 and at most T
+    j = job(f=0.2, eta=2.0)
+    p = Estimator(FAB).rates(j, [4, 1], [2, 1], [2, 1], [1e300, 32.0])
+    assert p.comm_s[0] >= 0.0 and p.comm_s[0] <= 1.0 / p.steps_per_s[0]
+    assert p.comm_s[1] == 0.0  # one GPU: exactly nothing exposed
+
+
 def test_the_interval_stays_within_the_parameters_bounds():
     """f = 0.95 with σ 0.5: f + z·σ would be 1.77; clipped at 0.99, so the slower side stops there."""
     prior = Prior(noise=0.01)

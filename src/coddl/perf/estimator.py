@@ -163,8 +163,10 @@ class Estimator:
         slower = np.sqrt(np.maximum(up - log_t, 0.0) ** 2 + noise**2)
         faster = np.sqrt(np.maximum(log_t - down, 0.0) ** 2 + noise**2)
         rate = np.exp(-log_t)
+        # exposed communication T − C is never negative; the difference of two huge, nearly equal
+        # times can round below 0 (a local batch of 1e300 gave −4e284 s)
         return Prediction(rate, np.exp(-log_t - slower), np.exp(-log_t + faster), (slower + faster) / (2 * Z90), c,
-                          np.exp(log_t) - c)
+                          np.maximum(np.exp(log_t) - c, 0.0))
 
     def rates(self, job: JobModel, gpus: np.ndarray, nodes: np.ndarray, max_per_node: np.ndarray,
               local_batch: np.ndarray, speed: np.ndarray | float = 1.0, uncertainty: bool = True,
