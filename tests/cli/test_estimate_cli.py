@@ -85,6 +85,13 @@ def test_bad_input_is_one_line_and_exit_code_2(calibrated, tmp_path):
           "gavel-p100", "--placement", "2x", "--local-batch", "8"], "--placement: expected GPUs per node"),
         (["predict", "gavel", "--calibration", str(bad), "--model", "LM", "--placement", "2", "--local-batch", "8"],
          "bad.csv: not a calibration written by `coddl estimate calibrate`"),
+        # a type the calibration's cluster does not define would be priced at the profiled type's speed
+        (["predict", "gavel", "--calibration", str(calibrated / "p100.json"), "--model", "LM", "--from",
+          "gavel-p100", "--placement", "2", "--local-batch", "8", "--gpu-type", "H100"],
+         "--gpu-type: 'H100' is not a GPU type of p100.json's cluster (P100)"),
+        (["predict", "gavel", "--calibration", str(calibrated / "p100.json"), "--model", "LM", "--from",
+          "gavel-p100", "--placement", "99999999999999999999", "--local-batch", "8"],
+         "--placement: expected GPUs per node"),
     ]
     for args, message in cases:
         r = coddl(*args)

@@ -93,13 +93,17 @@ def _one_cluster(table, on: Optional[str]):
     return table
 
 
+MAX_GPUS_PER_NODE = 2**16  # far past any server; a count past int64 would not survive the estimator's arrays
+
+
 def _placement(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.split("+"))
     except ValueError:
         shape = ()
-    if not shape or any(g < 1 for g in shape):
-        raise fail(f"--placement: expected GPUs per node joined by '+', e.g. 2+2, got {text!r}")
+    if not shape or any(not 1 <= g <= MAX_GPUS_PER_NODE for g in shape):
+        raise fail(f"--placement: expected GPUs per node (1 to {MAX_GPUS_PER_NODE}) joined by '+', e.g. 2+2, "
+                   f"got {text!r}")
     return tuple(sorted(shape, reverse=True))
 
 
@@ -146,6 +150,10 @@ def predict(
                 raise ProfileError(f"{measured}: no rows of {model!r} to correct the estimate with")
             job = correct(job, est, more)
         kind = gpu_type or job.gpu_type
+        if gpu_type is not None and cal.gpu_types and gpu_type not in cal.gpu_types:
+            # an unknown type would be priced at the profiled type's speed, silently
+            raise fail(f"--gpu-type: {gpu_type!r} is not a GPU type of {calibration.name}'s cluster "
+                       f"({', '.join(sorted(cal.gpu_types))})")
         k = np.array([sum(s) for s in shapes])
         local = np.full(len(shapes), local_batch) if local_batch is not None else global_batch / k
         speed = est.speed(job, kind)
