@@ -150,14 +150,20 @@ space:
     token = server.token("dave")
     proc = subprocess.Popen([sys.executable, "-m", "coddl.cli", "study", "run", str(study), "--server", server.url,
                              "--token", token], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
+                            env={**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"})
     try:
         def mine() -> list[dict]:
             return server.admin.get("/jobs", params={"user": "dave"}).json()
 
         wait_for(lambda: sum(j["status"] == "running" for j in mine()) == 2, 120, "two trials running")
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            # its two cancels may each wait out the client's 30 s timeout on a loaded server: 120 s
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack: where it hangs
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"study run did not end within 120 s of Ctrl-C; its threads:\n{err}")
     finally:
         proc.kill()
     assert proc.returncode == 130 and "interrupted: 2 trial(s) in flight cancelled" in err and "Traceback" not in err, err
