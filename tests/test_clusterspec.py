@@ -52,6 +52,12 @@ def test_yaml_spec_builds_nodes_types_links_and_switches(tmp_path):
     assert c.links.inter_node_gbps == 25 and c.links.intra_node_gbps == 100.0
 
 
+def test_the_largest_cluster_allowed_loads(tmp_path):
+    c = load_cluster(write(tmp_path, MIXED.replace("count: 2, gpu_type: K80, gpus: 4", "count: 262140, gpu_type: K80, gpus: 4")
+                           .replace("gpus: 8}", "gpus: 8, cpus: 65536}")))
+    assert c.total_gpus == 2**20 and c.nodes[0].cpus == 65536
+
+
 @pytest.mark.parametrize("edit, message", [
     (("gpus: 4}", "gpus: -2}"), "mixed.yaml: nodes[1].gpus: expected a positive integer, got -2"),
     (("gpus: 4}", "gpus: four}"), "mixed.yaml: nodes[1].gpus: expected a positive integer, got 'four'"),
@@ -60,6 +66,14 @@ def test_yaml_spec_builds_nodes_types_links_and_switches(tmp_path):
     (("speed: 0.25", "speed: 0"), "mixed.yaml: gpu_types.K80.speed: expected a positive number, got 0"),
     (("gpu_type: K80", "gpu_type: A100"), "mixed.yaml: nodes[1].gpu_type: unknown GPU type 'A100'; defined: V100, K80"),
     (("nodes:", "nodes_per_switch: true\nnodes:"), "mixed.yaml: nodes_per_switch: expected a positive integer, got True"),
+    # sizes past any cluster are mistakes, refused before a node is built (1e20 nodes took forever,
+    # 1e11 GPUs per node asked numpy for 16 TiB)
+    (("count: 2, gpu_type: K80", "count: 99999999999999999999, gpu_type: K80"),
+     "mixed.yaml: nodes[1].count: expected at most 1048576, got 99999999999999999999"),
+    (("gpus: 4}", "gpus: 65537}"), "mixed.yaml: nodes[1].gpus: expected at most 65536, got 65537"),
+    (("gpus: 4}", "gpus: 4, cpus: 65537}"), "mixed.yaml: nodes[1].cpus: expected at most 65536, got 65537"),
+    (("count: 2, gpu_type: K80, gpus: 4", "count: 262141, gpu_type: K80, gpus: 4"),
+     "mixed.yaml: nodes: 1048580 GPUs in all, more than the 1048576 a cluster may have"),
 ])
 def test_mistakes_name_the_file_and_field(tmp_path, edit, message):
     with pytest.raises(ClusterSpecError) as e:

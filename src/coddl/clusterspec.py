@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from coddl.core.cluster import Cluster, GpuType, LinkSpec, Node
+from coddl.core.cluster import MAX_CPUS_PER_NODE, MAX_GPUS, MAX_GPUS_PER_NODE, Cluster, GpuType, LinkSpec, Node
 
 
 class ClusterSpecError(ValueError):
@@ -72,9 +72,9 @@ class LinksSpec(_Strict):
 
 class NodeGroupSpec(_Strict):
     gpu_type: str
-    gpus: PositiveInt
-    count: PositiveInt = 1
-    cpus: PositiveInt = _NODE.cpus
+    gpus: PositiveInt = Field(le=MAX_GPUS_PER_NODE)
+    count: PositiveInt = Field(default=1, le=MAX_GPUS)
+    cpus: PositiveInt = Field(default=_NODE.cpus, le=MAX_CPUS_PER_NODE)
     memory_gb: PositiveFloat = _NODE.memory_gb
     name: str | None = None  # node-name prefix; default "n" + a cluster-wide index
 
@@ -95,6 +95,7 @@ _MESSAGES = {
     "model_type": "expected a mapping, got {got}",
     "list_type": "expected a list, got {got}",
     "too_short": "expected at least one entry",
+    "less_than_equal": "expected at most {le}, got {got}",
 }
 
 
@@ -109,7 +110,7 @@ def _first_error(source: str, err: ValidationError) -> ClusterSpecError:
     errors = err.errors()
     e = errors[0]
     template = _MESSAGES.get(e["type"])
-    msg = template.format(got=_shown(e.get("input"))) if template else e["msg"]
+    msg = template.format(got=_shown(e.get("input")), **e.get("ctx", {})) if template else e["msg"]
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return ClusterSpecError(f"{source}: {_where(tuple(e['loc']))}: {msg}{more}")
 
@@ -120,6 +121,9 @@ def cluster_from_spec(spec: ClusterSpec, source: str = "cluster spec") -> Cluste
         i, t = undefined[0]
         raise ClusterSpecError(f"{source}: nodes[{i}].gpu_type: unknown GPU type {t!r}; "
                                f"defined: {', '.join(spec.gpu_types) or 'none'}")
+    total = sum(g.count * g.gpus for g in spec.nodes)
+    if total > MAX_GPUS:
+        raise ClusterSpecError(f"{source}: nodes: {total} GPUs in all, more than the {MAX_GPUS} a cluster may have")
     prefixes = [g.name for g in spec.nodes if g.name is not None]
     for i, g in enumerate(spec.nodes):
         if g.name is not None and prefixes.count(g.name) > 1:

@@ -16,7 +16,8 @@ import pytest
     (["fluid", "--scenarios", ","], "--scenarios: name at least one scenario: few, many, stream"),
     (["fluid", "--policies", ","], "--policies: name at least one policy"),
     (["fluid", "--seeds", ","], "--seeds: name at least one seed"),
-    (["fluid", "--seeds", "1,x"], "--seeds: expected comma-separated integers, got '1,x'"),
+    (["fluid", "--seeds", "1,x"], "--seeds: expected comma-separated non-negative integers, got '1,x'"),
+    (["fluid", "--seeds", "1,-2"], "--seeds: expected comma-separated non-negative integers, got '1,-2'"),
     (["aiturbo", "--policies", "nope"], "unknown policy 'nope'"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(args, says, tmp_path):

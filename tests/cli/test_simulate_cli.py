@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from coddl.errors import ConfigError
+from coddl.sim.config import SimConfig
+
 CODDL = [sys.executable, "-m", "coddl.cli"]
 
 
@@ -136,3 +139,17 @@ def test_summary_has_fairness_columns_in_range(tmp_path):
         rho = [float(j["rho"]) for j in csv.DictReader(open(out / f"jobs-{row['policy']}.csv"))]
         assert len(rho) == 60
         assert (sum(rho) / 60, max(rho)) == pytest.approx((mean, top), abs=1e-4)
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("gpus", 99999999999999999999, "gpus: input should be less than or equal to 1048576, got 99999999999999999999"),
+    ("gpus_per_node", 65537, "gpus_per_node: input should be less than or equal to 65536, got 65537"),
+    ("seed", -1, "seed: input should be greater than or equal to 0, got -1"),
+])
+def test_a_size_past_any_cluster_or_a_negative_seed_is_a_setting_error(setting, value, message):
+    # they were tracebacks: an OverflowError building 1e20 GPUs, a MemoryError at 9e18, numpy's
+    # ValueError for a negative seed
+    with pytest.raises(ConfigError) as e:
+        SimConfig.build(**{setting: value})
+    assert str(e.value) == message
+    assert SimConfig.build(gpus=2**20, gpus_per_node=2**16, seed=0).gpus == 2**20

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coddl.cli.errors import fail, user_errors
+from coddl.core.cluster import MAX_GPUS_PER_NODE
 
 app = typer.Typer(help="Throughput estimation: calibrate, predict, accuracy (profile tables in coddl's format).",
                   no_args_is_help=True)
@@ -91,9 +92,6 @@ def _one_cluster(table, on: Optional[str]):
     if len(table.clusters) > 1:
         raise ProfileError(f"--on: the tables hold several clusters ({', '.join(table.clusters)}); choose one")
     return table
-
-
-MAX_GPUS_PER_NODE = 2**16  # far past any server; a count past int64 would not survive the estimator's arrays
 
 
 def _placement(text: str) -> tuple[int, ...]:

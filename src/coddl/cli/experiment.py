@@ -37,7 +37,9 @@ def _policies_and_seeds(policies: str | None, default: list[str], seeds: str,
     try:
         seed_list = [int(s) for s in seeds.split(",") if s]
     except ValueError:
-        raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+        seed_list = [-1]
+    if any(s < 0 for s in seed_list):  # numpy's generators take non-negative seeds
+        raise fail(f"--seeds: expected comma-separated non-negative integers, got {seeds!r}")
     if not seed_list:
         raise fail("--seeds: name at least one seed")
     return pols, seed_list

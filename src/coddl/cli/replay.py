@@ -27,7 +27,7 @@ def replay_cmd(
                                                                   "GPUs in use, rounded up to whole nodes"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1, help="GPUs per node of the replay cluster"),
     cluster: Optional[Path] = typer.Option(None, "--cluster", help="a cluster spec instead of --gpus"),
-    seed: int = typer.Option(1, "--seed", help="seed of the model drawn for each job"),
+    seed: int = typer.Option(1, "--seed", min=0, help="seed of the model drawn for each job"),
     reconfig: str = typer.Option("in-place", "--reconfig", help="reconfiguration cost: zero, in-place or restart"),
     out: Path = typer.Option(Path("replay.html"), "--out", help="the HTML report to write"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="parallel processes; default: one per core"),

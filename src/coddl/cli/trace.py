@@ -64,7 +64,7 @@ def export(
     out: Path = typer.Argument(..., metavar="OUT", help="Output .csv, .csv.gz or .parquet (native format)."),
     trace: str = typer.Option(..., "--trace", help=TRACE_HELP),
     vc: Optional[str] = typer.Option(None, "--vc", help=VC_HELP),
-    seed: int = typer.Option(1, "--seed", help="Seed of the workload builder (model draws etc.)."),
+    seed: int = typer.Option(1, "--seed", min=0, help="Seed of the workload builder (model draws etc.)."),
     jobs: Optional[int] = typer.Option(None, "--jobs", min=1, help="Keep the first N jobs by arrival."),
     policy_kind: PolicyKind = typer.Option(PolicyKind.elastic, "--policy-kind", help=PolicyKind.__doc__),
     model_draw: str = typer.Option("seeded", "--model-draw", help="seeded (--seed) or coddl-authors (the CoDDL "

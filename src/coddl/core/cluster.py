@@ -12,6 +12,12 @@ from functools import cached_property
 
 import numpy as np
 
+# Sizes past any real cluster, so that a mistyped count (a spec's nodes, a --gpus flag) is an error
+# rather than a cluster that exhausts memory being built: 64× the largest the benchmarks simulate.
+MAX_GPUS = 2**20
+MAX_GPUS_PER_NODE = 2**16
+MAX_CPUS_PER_NODE = 2**16
+
 
 @dataclass(frozen=True, slots=True)
 class GpuType:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from coddl.core.cluster import MAX_GPUS, MAX_GPUS_PER_NODE
 from coddl.errors import ConfigError
 
 
@@ -23,11 +24,11 @@ class SimConfig(BaseModel):
     trace: str = "philly"
     vc: str | None = None
     jobs: int | None = Field(default=None, ge=1)  # keep the first N jobs of the trace
-    gpus: int = Field(default=64, ge=1)
-    gpus_per_node: int = Field(default=8, ge=1)
+    gpus: int = Field(default=64, ge=1, le=MAX_GPUS)
+    gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE)
     cluster: str | None = None  # a cluster-spec file; overrides gpus/gpus_per_node
     policies: list[str] = Field(default_factory=lambda: ["fifo", "srtf", "max-min"], min_length=1)
-    seed: int = 1
+    seed: int = Field(default=1, ge=0)  # numpy's generators take non-negative seeds
     reconfig: Literal["zero", "in-place", "restart"] = "zero"  # sim/reconfig.py
     # grow a job only when the time it saves exceeds its restart cost under ``reconfig`` (policies/restarts.py);
     # off: resizes are decided as if free, as the reproductions assume
