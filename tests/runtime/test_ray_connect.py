@@ -44,9 +44,11 @@ def test_gpus_with_the_ray_executor_is_refused(tmp_path):
     assert code == 2 and "error: --gpus is the local executor's; a Ray cluster's GPUs are those its nodes" in out
 
 
-def test_gpus_below_one_is_refused(tmp_path):
-    code, out = start(tmp_path, "--gpus", "0")
-    assert code == 2 and "error: --gpus must be at least 1, got 0" in out
+@pytest.mark.parametrize("gpus", ["0", "65537", "99999999999999999999"])  # the last was an OverflowError
+def test_gpus_outside_one_node_s_range_is_refused(tmp_path, gpus):
+    code, out = start(tmp_path, "--gpus", gpus)
+    assert code == 2 and f"error: --gpus must be 1 to 65536 (the local executor is one node), got {gpus}" in out
+    assert "Traceback" not in out
 
 
 NETNS_SETUP = ("ip link set lo up && ip link add va type veth peer name vb && ip addr add 10.99.0.1/24 dev va && "

@@ -27,7 +27,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from coddl.clusterspec import ClusterSpecError, load_cluster
-from coddl.core.cluster import Cluster
+from coddl.core.cluster import MAX_GPUS_PER_NODE, Cluster
 from coddl.perf.interference import ColocationTable
 from coddl.placement.sharing import SharingRule
 from coddl.policies.base import Policy
@@ -117,8 +117,8 @@ def make_executor(config: ServerConfig, isolation: Isolation, work_dir: Path) ->
         spec = load_spec(config.cluster_spec)
         one_node = spec.nodes[0].gpus if spec is not None and len(spec.nodes) == 1 else None
         gpus = config.gpus if config.gpus is not None else one_node or LOCAL_GPUS
-        if gpus < 1:
-            raise ConfigError(f"--gpus must be at least 1, got {gpus}")
+        if not 1 <= gpus <= MAX_GPUS_PER_NODE:  # one node: this host's slots
+            raise ConfigError(f"--gpus must be 1 to {MAX_GPUS_PER_NODE} (the local executor is one node), got {gpus}")
         return LocalExecutor(gpus, config.workers, isolation, work_dir)
     if config.executor == "ray":
         if config.gpus is not None:
