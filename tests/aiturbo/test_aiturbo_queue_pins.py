@@ -6,28 +6,16 @@ score's integer rank points."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from coddl.core.cluster import Cluster, Node
 from coddl.core.job import JobSpec
-from coddl.perf.curves import CurveTable
 from coddl.policies import make_policy
-from coddl.policies.aiturbo import _grow, _Plan, _Pool, _shed, borda_score, descend
+from coddl.policies.aiturbo import _grow, _Plan, _shed, borda_score, descend
 from coddl.scheduler import Scheduler
 
-from test_aiturbo_pins import grid  # a plan over w0 … GPUs × x cores per GPU; U = w × (service_per_gpu + x)
-
-LIN = CurveTable.from_points({"lin": {k: float(k) for k in range(1, 9)}})
-
-
-def pool(gpus, per_gpu, free_g, free_c=math.inf, fixed=None, fixed_cores=None) -> _Pool:
-    n = len(gpus)
-    return _Pool(np.array(gpus, dtype=np.int64), np.array(per_gpu, dtype=np.int64),
-                 np.zeros(n, dtype=bool) if fixed is None else np.array(fixed),
-                 np.zeros(n, dtype=np.int64) if fixed_cores is None else np.array(fixed_cores, dtype=np.int64),
-                 free_g, free_c)
+# grid: a plan over w0 … GPUs × x cores per GPU, U = w × (service_per_gpu + x); pool: the free GPUs and cores
+from test_aiturbo_pins import LIN, grid, pool
 
 
 def plan(cost: list[float], lo: int = 1, x: int = 2) -> _Plan:
