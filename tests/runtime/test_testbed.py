@@ -85,16 +85,27 @@ def test_nothing_is_left_after_tear_down(wiring):
 
 
 def test_bad_rates_delays_and_sizes_are_named():
-    for bad in ("1gigabit", "0mbit", "-5mbit", "fast", ""):
-        with pytest.raises(ValueError, match="expected a positive rate such as 1gbit"):
+    # past 1000gbit, tbf's burst (a millisecond of the rate) no longer fits its 32 bits: tc failed
+    # after the namespaces were built
+    for bad in ("1gigabit", "0mbit", "-5mbit", "fast", "", "1001gbit", "99999999999999999999gbit"):
+        with pytest.raises(ValueError, match="expected a positive rate up to 1000gbit such as 1gbit"):
             parse_rate(bad)
-    for bad in ("2 fortnights", "-1ms", "5"):
-        with pytest.raises(ValueError, match="expected a delay such as 2ms"):
+    for bad in ("2 fortnights", "-1ms", "5", "61s", "60001ms"):
+        with pytest.raises(ValueError, match="expected a delay up to 60s such as 2ms"):
             parse_delay(bad)
     assert (parse_rate("1gbit"), parse_rate("100mbit"), parse_rate("2mbps")) == (1e9, 1e8, 16e6)
+    assert (parse_rate("1000gbit"), parse_delay("60s")) == (1e12, 60.0)
     assert (parse_delay("2ms"), parse_delay("500us"), parse_delay("0")) == (0.002, 0.0005, 0.0)
     with pytest.raises(TestbedError, match="--nodes: expected 2 to 200 nodes, got 1"):
         TestbedSpec(nodes=1)
+    # Ray refused 1e20 GPUs per node only once the namespaces were up
+    for slots in ({"gpus_per_node": 0}, {"gpus_per_node": 1025}, {"cpus_per_node": 10**20}):
+        with pytest.raises(TestbedError, match="^--gpus-per-node and --cpus-per-node must be 1 to 1024$"):
+            TestbedSpec(**slots)
+    assert TestbedSpec(gpus_per_node=1024, cpus_per_node=1024).gpus_per_node == 1024
+    for name in ("é", "--", "a/b", "", "x" * 21):
+        with pytest.raises(TestbedError, match="^--name: expected up to 20 letters, digits or '-'"):
+            TestbedSpec(prefix=name)
 
 
 @needs_netns
@@ -102,7 +113,7 @@ def test_a_testbed_that_fails_to_come_up_says_why_in_one_line_and_leaves_nothing
     """Without netem the namespaces are built before shaping fails, so this exercises the clean-up."""
     name = f"cdtf{os.getpid()}"
     args, expected = ((("--delay", "2ms"), "no netem qdisc") if not netem_available()
-                      else (("--bandwidth", "1gigabit"), "expected a positive rate such as 1gbit"))
+                      else (("--bandwidth", "1gigabit"), "expected a positive rate up to 1000gbit such as 1gbit"))
     r = coddl("testbed", "up", "--name", name, *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert expected in r.stderr.strip().splitlines()[-1]

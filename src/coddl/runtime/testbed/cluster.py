@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -36,6 +37,9 @@ OBJECT_STORE_BYTES = 80 * 1024 * 1024  # Ray's minimum is 75 MiB; the testbed mo
 UP_TIMEOUT_S = 120.0
 
 
+MAX_SLOTS = 1024  # worker slots or Ray CPUs per node: every node is on this one machine
+
+
 @dataclass(frozen=True)
 class TestbedSpec:
     """How many nodes, their worker slots and CPUs, the link between them, and the namespaces' prefix."""
@@ -50,9 +54,9 @@ class TestbedSpec:
     def __post_init__(self) -> None:
         if not 2 <= self.nodes <= 200:
             raise TestbedError(f"--nodes: expected 2 to 200 nodes, got {self.nodes}")
-        if self.gpus_per_node < 1 or self.cpus_per_node < 1:
-            raise TestbedError("--gpus-per-node and --cpus-per-node must be at least 1")
-        if not self.prefix.replace("-", "").isalnum() or len(self.prefix) > 20:
+        if not (1 <= self.gpus_per_node <= MAX_SLOTS and 1 <= self.cpus_per_node <= MAX_SLOTS):
+            raise TestbedError(f"--gpus-per-node and --cpus-per-node must be 1 to {MAX_SLOTS}")
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,20}", self.prefix) or not self.prefix.strip("-"):
             raise TestbedError(f"--name: expected up to 20 letters, digits or '-', got {self.prefix!r}")
 
 

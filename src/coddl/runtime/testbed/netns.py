@@ -67,14 +67,17 @@ class LinkLimit:
 
 _RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# tbf's burst (a millisecond of the rate, in bytes) must fit its 32 bits; a minute of delay is
+# already far past any link the testbed stands in for
+MAX_RATE_BPS, MAX_DELAY_S = 1e12, 60.0
 
 
 def parse_rate(text: str) -> float:
     """'1gbit', '100mbit', '500kbit' (tc's units; 'mbps' means megabytes/s as in tc) → bits per second."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]+)\s*", text)
     unit = m.group(2).lower() if m else ""
-    if not m or unit not in _RATE_UNITS or float(m.group(1)) <= 0:
-        raise ValueError(f"expected a positive rate such as 1gbit or 100mbit, got {text!r}")
+    if not m or unit not in _RATE_UNITS or not 0 < float(m.group(1)) * _RATE_UNITS[unit] <= MAX_RATE_BPS:
+        raise ValueError(f"expected a positive rate up to 1000gbit such as 1gbit or 100mbit, got {text!r}")
     return float(m.group(1)) * _RATE_UNITS[unit]
 
 
@@ -87,8 +90,9 @@ def parse_delay(text: str) -> float:
     """'2ms', '500us', '0' → seconds."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = (m.group(2).lower() or "s") if m else ""
-    if not m or unit not in _TIME_UNITS or (m.group(2) == "" and float(m.group(1)) != 0):
-        raise ValueError(f"expected a delay such as 2ms or 500us, got {text!r}")
+    if not m or unit not in _TIME_UNITS or (m.group(2) == "" and float(m.group(1)) != 0) \
+            or float(m.group(1)) * _TIME_UNITS[unit] > MAX_DELAY_S:
+        raise ValueError(f"expected a delay up to 60s such as 2ms or 500us, got {text!r}")
     return float(m.group(1)) * _TIME_UNITS[unit]
 
 
