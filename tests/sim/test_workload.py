@@ -58,6 +58,18 @@ def test_unknown_model_is_a_trace_error_naming_the_job():
         build_workload(t, CURVES)
 
 
+def test_a_duration_whose_work_overflows_is_a_trace_error_naming_the_job():
+    # 1e308 s × a rate above 1 step/s is inf steps: the simulator's invariant checker then found a job
+    # that could never run, in a traceback; 1e300 s still fits
+    name = CURVES.names[1]  # GoogLeNet: 2.9 steps/s on one GPU
+    t = Trace("mine.csv", [TraceJob("x1", 0.0, 1, duration=1e308, model=name),
+                           TraceJob("x2", 0.0, 1, duration=1e300, model=name)])
+    assert CURVES.throughput(1, 1) > 1
+    with pytest.raises(TraceError, match=r"^mine\.csv: job x1: duration: 1e\+308 s is more work than a simulation can hold$"):
+        build_workload(t, CURVES)
+    assert build_workload(Trace("mine.csv", t.jobs[1:]), CURVES)[0].total_work == 1e300 * CURVES.throughput(1, 1)
+
+
 def test_models_are_the_draws_of_one_scalar_call_per_unnamed_job_in_trace_order():
     """The draw is made in one vectorised call; it must give what one ``rng.integers(pool size)``
     per job without a model gives, in trace order (a reference transcription of that loop), so

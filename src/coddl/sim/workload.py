@@ -21,9 +21,10 @@ Two ways to draw the models (``SimConfig.model_draw``):
 
 from __future__ import annotations
 
-import numpy as np
-
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from coddl.core.job import JobSpec
 from coddl.perf.curves import CODDL_POOL, CurveTable
@@ -69,7 +70,11 @@ def _model_and_work(tj: TraceJob, trace: Trace, curves: CurveTable, drawn: int) 
     if duration is None:
         raise TraceError(f"{trace.name}: job {tj.job_id}: duration: the job has neither a duration nor a "
                          "step count")
-    return curves.names[m], max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
+    work = max(duration, 1.0) * curves.throughput(m, tj.num_gpus)
+    if not math.isfinite(work):  # a duration near the float's limit times a rate: the job could never end
+        raise TraceError(f"{trace.name}: job {tj.job_id}: duration: {duration:g} s is more work than a "
+                         "simulation can hold")
+    return curves.names[m], work
 
 
 def _draw(jobs: list[TraceJob], rng: np.random.Generator, pool_idx: np.ndarray, pool_max: np.ndarray) -> list[int]:
