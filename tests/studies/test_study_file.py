@@ -74,6 +74,12 @@ def test_the_bundled_example_loads_with_its_script_made_absolute(monkeypatch):
     (f"name: s\ntrials: 2\njob:\n  command: python {SCRIPT}\n  steps: 3\n  env: {{B: '1'}}\nspace: {{B: {{choices: [1]}}}}\n",
      "job.env.B: is set by the search space"),
     ("name: s\ntrials: 2\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\ncolour: red\n", "colour: unknown field"),
+    # an unknown field lists the valid fields of the mapping it is in, not the study's
+    ("name: s\ntrials: 2\njob: {command: python x.py}\nspace: {B: {low: 1, high: 2, foo: 3}}\n",
+     "line 4: space.B.foo: unknown field (valid fields: low, high, log, step, choices)"),
+    ("name: s\ntrials: 2\npruner: {kind: none, bar: 1}\njob: {command: python x.py}\nspace: {B: {choices: [1]}}\n",
+     "line 3: pruner.bar: unknown field (valid fields: kind, min_resource, reduction_factor, startup_trials, upper, "
+     "lower)"),
     ("- a list\n", "expected a mapping of study fields"),
 ])
 def test_a_mistake_is_one_line_naming_the_field(tmp_path, text, says):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import types
+import typing
 from pathlib import Path
 from typing import Any, Iterable, Literal, TypeVar
 
@@ -364,6 +366,26 @@ def describe(err: ErrorDetails, fields: Iterable[str]) -> tuple[str, str]:
 M = TypeVar("M", bound=BaseModel)
 
 
+def _model_at(model: type[BaseModel], path: tuple[str | int, ...]) -> type[BaseModel]:
+    """The model whose fields hold the last step of ``path`` (an error's location less its field):
+    nested models, and the values of their lists and mappings, are followed, so that an unknown
+    field lists the valid fields of the mapping it is in (a study's ``space.LR``, not the study's)."""
+    at: Any = model
+    for part in path:
+        if isinstance(at, type) and issubclass(at, BaseModel):
+            field = at.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return at
+            at = field.annotation
+        else:  # a list's or a mapping's values (unwrapping X | None first)
+            args = [a for a in typing.get_args(at) if a is not type(None)]
+            at = args[-1] if args else None
+        while typing.get_origin(at) in (typing.Union, types.UnionType) and len(typing.get_args(at)) == 2 \
+                and type(None) in typing.get_args(at):
+            at = next(a for a in typing.get_args(at) if a is not type(None))
+    return at if isinstance(at, type) and issubclass(at, BaseModel) else model
+
+
 def validate(model: type[M], data: Any, source: str, what: str = "job", context: dict | None = None) -> M:
     """Validate decoded JSON/YAML against ``model`` (``context=STORED`` for a spec read back from the
     store); raises SpecError with ``source: field: problem``."""
@@ -373,7 +395,8 @@ def validate(model: type[M], data: Any, source: str, what: str = "job", context:
     try:
         return model.model_validate(data, context=context)
     except ValidationError as e:
-        field, message = describe(e.errors()[0], model.model_fields)
+        err = e.errors()[0]
+        field, message = describe(err, _model_at(model, tuple(err["loc"])[:-1]).model_fields)
         raise SpecError(f"{source}: {field}: {message}" if field else f"{source}: {message}", field or None) from None
 
 
