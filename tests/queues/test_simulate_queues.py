@@ -100,7 +100,7 @@ def test_queues_csv(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, message", [
-    ("queues:\n  - name: x\n    nominal_gpus: 65\n", "add up to 65 GPUs and the cluster has 64"),
+    ("queues:\n  - name: x\n    nominal_gpus: 65\n", "q.yaml: the queues' nominal quotas add up to 65 GPUs and the cluster has 64"),
     ("queues:\n  - name: x\n    nominal_gpus: 1\n    users: 3\n", "line 4: queues.0.users: input should be a valid list"),
 ])
 def test_a_bad_queue_file_is_one_line_and_exit_2(tmp_path: Path, text: str, message: str) -> None:

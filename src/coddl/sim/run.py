@@ -15,7 +15,7 @@ from coddl.perf.interference import ColocationTable
 from coddl.placement.sharing import SharingRule
 from coddl.policies.registry import make_policy
 from coddl.queues.config import load_queues
-from coddl.queues.model import QueueSet
+from coddl.queues.model import QueueError, QueueSet
 from coddl.queues.policy import QueuedPolicy
 from coddl.scheduler import Scheduler
 from coddl.sim.config import SimConfig
@@ -117,7 +117,11 @@ def fit_to_queues(path: str, specs: list[JobSpec], cluster: Cluster) -> tuple[Qu
     """The queue file's queues, the jobs their queues can ever hold, and the others (left out of
     every run, with and without queues, so that runs compare on the same jobs)."""
     queues = load_queues(path)
-    big = queues.too_large(specs, queues.quotas(cluster.total_gpus, cluster.total_cpus))
+    try:
+        quotas = queues.quotas(cluster.total_gpus, cluster.total_cpus)
+    except QueueError as e:  # the file's quotas do not fit this cluster: say which file
+        raise QueueError(f"{path}: {e}") from None
+    big = queues.too_large(specs, quotas)
     out = {s.job_id for s, _, _ in big}
     skipped = [Skipped(s.job_id, s.requested_gpus, f"needs {max(s.requested_gpus, s.min_gpus)} GPUs, queue {q} "
                        f"can hold {cap}") for s, q, cap in big]
