@@ -94,3 +94,11 @@ def test_root_s_own_state_file_is_replaced_and_read_back(tmp_root: Path) -> None
     cluster._write_own(path, "old", 0o644)
     cluster._write_own(path, "new", 0o644)
     assert cluster._read_own(path) == "new" and stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_state_file_that_is_a_link_is_not_followed_when_read(tmp_root: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text('{"spec": {}}')
+    cluster.state_file("tb").symlink_to(elsewhere)
+    with pytest.raises(TestbedError, match="is a link, not this user's file"):
+        cluster.load("tb")

@@ -15,6 +15,7 @@ by ``RAY_AUTH_TOKEN_PATH`` in every node's environment, which the Ray executor h
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -137,7 +138,13 @@ def state_file(prefix: str) -> Path:
 
 def _read_own(path: Path) -> str:
     """``path``'s text if it is this user's own file (not a link, nor a file another user planted)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise TestbedError(f"{path} is a link, not this user's file (another user may have made it): "
+                           f"remove it") from None
     with os.fdopen(fd) as f:
         if os.fstat(fd).st_uid != os.geteuid():
             raise TestbedError(f"{path} is not this user's file (another user may have made it): remove it")
