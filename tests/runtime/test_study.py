@@ -148,9 +148,12 @@ space:
   LR: {{low: 0.01, high: 0.1}}
 """)
     token = server.token("dave")
+    # Ctrl-C as a terminal sends it: SIGINT at its default. A suite started in the background of a
+    # script (`make test &`) ignores SIGINT, children inherit that, and Python then leaves it ignored
     proc = subprocess.Popen([sys.executable, "-m", "coddl.cli", "study", "run", str(study), "--server", server.url,
                              "--token", token], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"})
+                            env={**os.environ, "COLUMNS": "200", "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         def mine() -> list[dict]:
             return server.admin.get("/jobs", params={"user": "dave"}).json()
